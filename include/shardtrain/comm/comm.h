@@ -1,0 +1,90 @@
+// Comm: one process group's collectives, each returning a Work handle (c10d style).
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shardtrain::comm {
+
+enum class ReduceOp { Sum, Avg, Max };
+enum class Backend { Mpi, Nccl };
+const char* to_string(ReduceOp op);
+const char* to_string(Backend b);
+
+// A handle on one issued collective. wait() blocks until the result is usable by the
+// caller (CPU: the data is in place; CUDA: the caller's current stream is ordered after
+// it) and rethrows any error the collective raised.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool is_completed() = 0;
+  uint64_t seq() const { return seq_; }
+
+ protected:
+  explicit Work(uint64_t seq) : seq_(seq) {}
+  uint64_t seq_;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+struct CommOptions {
+  double timeout_s = 600;  // a collective outstanding longer than this is fatal (watchdog)
+  int flight_recorder_entries = 64;
+};
+
+// One entry of the flight recorder: the last N collectives issued in a group.
+struct FlightRecord {
+  uint64_t seq = 0;
+  std::string op;
+  int64_t numel = 0;
+  std::string dtype;
+  double issued_s = 0, started_s = 0, finished_s = 0;  // steady clock; 0 = not yet
+};
+
+// Contract shared by all backends:
+// - Collectives are issued in the same order on every rank of the group and run in
+//   issue order. Tensors must stay alive and untouched until wait() returns.
+// - Counts are elements. all_gather: out.numel() == size() * in.numel();
+//   reduce_scatter: in.numel() == size() * out.numel(). Both tensors contiguous.
+//   out and in may alias in the usual in-place layouts (in is rank's slice of out for
+//   all_gather; out is rank's slice of in for reduce_scatter).
+// - dtypes: float32, float64, bfloat16, float16 (and int64 for all_reduce/broadcast);
+//   half-precision reductions accumulate in fp32.
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Backend backend() const = 0;
+  const std::string& name() const { return name_; }
+
+  virtual WorkPtr all_gather(const at::Tensor& out, const at::Tensor& in) = 0;
+  virtual WorkPtr reduce_scatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op) = 0;
+  virtual WorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op) = 0;
+  virtual WorkPtr broadcast(const at::Tensor& tensor, int root) = 0;
+  virtual WorkPtr barrier() = 0;
+
+  // Last collectives of this group, oldest first.
+  virtual std::vector<FlightRecord> flight_records() const = 0;
+
+ protected:
+  explicit Comm(std::string name) : name_(std::move(name)) {}
+  std::string name_;
+};
+
+// MPI backend over a communicator it duplicates (CPU tensors). `name` labels the group in
+// errors, e.g. "shard[0]". Collective over `comm`.
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, const std::string& name, const CommOptions& opts);
+
+// NCCL backend (CUDA tensors); throws a clear Error when built without NCCL.
+// Collective over `comm` (the unique id is broadcast through it).
+std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, const std::string& name, int device,
+                                     const CommOptions& opts);
+bool nccl_available();
+std::string nccl_version_string();  // e.g. "2.28.3", or "" without NCCL
+
+}  // namespace shardtrain::comm

@@ -1,0 +1,65 @@
+// Deck: a validated, resolved TOML input deck (schema in src/deck/schema.cpp).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace shardtrain::deck {
+
+enum class Type { Int, Float, Bool, String, StringList };
+const char* to_string(Type t);
+
+using Value = std::variant<int64_t, double, bool, std::string, std::vector<std::string>>;
+
+// One key of the schema: every key has a type, a default, its allowed range or values,
+// a unit where one applies and a one-line description.
+struct KeySpec {
+  std::string key;                    // "section.name"
+  Type type;
+  Value default_value;
+  std::string help;                   // one line
+  std::string unit;                   // "" when none ("s", "bytes", "tokens", ...)
+  std::vector<std::string> choices;   // String: allowed values ("" = any)
+  bool has_min = false, has_max = false;
+  double min = 0, max = 0;            // Int/Float range, inclusive
+};
+
+// All keys, in documentation order.
+const std::vector<KeySpec>& schema();
+const KeySpec* find_key(const std::string& key);
+
+class Deck {
+ public:
+  // Reads and validates a deck file, then applies overrides "section.key=value".
+  // Any problem throws UserError naming the file (and line) or the override.
+  static Deck load(const std::string& path, const std::vector<std::string>& overrides = {});
+  static Deck parse(const std::string& text, const std::string& source_name,
+                    const std::vector<std::string>& overrides = {});
+  // Defaults only (plus overrides).
+  static Deck defaults(const std::vector<std::string>& overrides = {});
+
+  int64_t get_int(const std::string& key) const;
+  double get_float(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  const std::string& get_string(const std::string& key) const;
+  const std::vector<std::string>& get_string_list(const std::string& key) const;
+  bool is_set(const std::string& key) const;  // given in the file or an override
+
+  // The fully resolved deck (defaults included) as TOML, one comment per key.
+  std::string resolved_toml() const;
+  // FNV-1a 64 of resolved_toml(): ranks compare it to make sure they read the same deck.
+  uint64_t hash() const;
+  const std::string& source() const { return source_; }
+
+ private:
+  std::map<std::string, Value> values_;
+  std::map<std::string, bool> set_;
+  std::string source_;
+};
+
+// Markdown reference of every key (docs/deck-reference.md is generated from it).
+std::string reference_markdown();
+
+}  // namespace shardtrain::deck

@@ -1,0 +1,68 @@
+// Model: the interface every model (GPT-2, Llama-style decoder, ViT) offers to the engine.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtrain/fsdp/forward_hook.h"
+
+namespace shardtrain::model {
+
+// How one parameter is initialised. The engine fills each parameter from a generator
+// seeded by (run seed, parameter name), so values do not depend on the world size.
+struct ParamInit {
+  enum class Kind { Normal, Zeros, Ones, Uniform } kind = Kind::Normal;
+  double scale = 0.02;  // Normal: std; Uniform: bound (values in [-scale, scale])
+};
+
+struct ModelSpec {
+  std::string arch = "gpt2";   // gpt2 | llama | vit
+  int64_t vocab_size = 50257;  // gpt2/llama
+  int64_t seq_len = 1024;      // gpt2: n_positions; llama: max sequence
+  int64_t d_model = 768;
+  int64_t n_layers = 12;
+  int64_t n_heads = 12;
+  int64_t n_kv_heads = 0;      // llama GQA; 0 = n_heads
+  int64_t d_ff = 0;            // 0 = arch default (gpt2: 4d; llama: SwiGLU 8d/3 rounded to 64)
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_embeddings = true;  // gpt2 always ties
+  // vit
+  int64_t image_size = 28, patch_size = 7, channels = 1, num_classes = 10;
+  double dropout = 0.0;
+};
+
+// A model built on a device (at::kMeta for sharded construction). forward() and the
+// wrappable blocks go through fsdp::Hookable so the engine can run code around them.
+class Model : public torch::nn::Module, public fsdp::Hookable {
+ public:
+  explicit Model(ModelSpec spec) : spec_(std::move(spec)) {}
+  const ModelSpec& spec() const { return spec_; }
+
+  // Language models: tokens [B, T] int64 -> logits [B, T, V].
+  // ViT: images [B, C, H, W] float -> logits [B, num_classes].
+  virtual at::Tensor forward(const at::Tensor& input) = 0;
+  // Mean cross-entropy of forward(input) against targets ([B, T] or [B]).
+  virtual at::Tensor loss(const at::Tensor& input, const at::Tensor& targets);
+  // Init rule of a parameter, by its qualified name (as in named_parameters()).
+  virtual ParamInit init_for(const std::string& name) const = 0;
+  // Module class names the default wrap policy turns into units (e.g. "GPT2Block").
+  virtual std::vector<std::string> block_types() const = 0;
+  // Parameter-name patterns of parameters that should stay fp32 (norms), for mixed precision.
+  virtual std::vector<std::string> norm_param_patterns() const { return {"norm", "ln_"}; }
+  // Parameter-name patterns that take no weight decay (biases, norms, embeddings per arch).
+  virtual std::vector<std::string> no_decay_patterns() const { return {".bias", "norm", "ln_"}; }
+  // Model FLOPs for one training step per token (6N + attention), for MFU.
+  virtual double train_flops_per_token(int64_t seq_len) const = 0;
+
+ protected:
+  ModelSpec spec_;
+};
+
+std::shared_ptr<Model> build_model(const ModelSpec& spec, at::Device device);
+
+}  // namespace shardtrain::model

@@ -1,0 +1,15 @@
+// Agreed failure: run a step on every rank and make all ranks fail together if any did.
+#pragma once
+#include <mpi.h>
+
+#include <functional>
+
+namespace shardtrain::runtime {
+
+// Runs fn on every rank of comm. If it throws on any rank, every rank throws the same
+// exception type (UserError or Error) with the message of the lowest failing rank, so
+// bad input found on one rank ends all of them with one message instead of a hang.
+// Collective over comm.
+void run_agreed(MPI_Comm comm, const std::function<void()>& fn);
+
+}  // namespace shardtrain::runtime

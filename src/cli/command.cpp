@@ -1,0 +1,51 @@
+// Command registry and the deck loading shared by subcommands.
+#include "command.h"
+
+#include <algorithm>
+
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
+
+namespace shardtrain::cli {
+namespace {
+std::vector<std::pair<std::string, AddCommandFn>>& registry() {
+  static std::vector<std::pair<std::string, AddCommandFn>> r;
+  return r;
+}
+}  // namespace
+
+CommandRegistration::CommandRegistration(const char* name, AddCommandFn add) {
+  auto& r = registry();
+  r.emplace_back(name, add);
+  std::sort(r.begin(), r.end(), [](auto& a, auto& b) { return a.first < b.first; });
+}
+const std::vector<std::pair<std::string, AddCommandFn>>& registered_commands() { return registry(); }
+
+void add_deck_args(CLI::App* sub, DeckArgs& args, bool deck_required) {
+  auto* opt = sub->add_option("deck", args.path, "Input deck (TOML); see docs/deck-reference.md");
+  if (deck_required) opt->required();
+  sub->add_option("--set", args.overrides,
+                  "Override a deck key, e.g. --set optimizer.lr=3e-4 (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+}
+
+deck::Deck load_deck_agreed(const DeckArgs& args, MPI_Comm comm) {
+  deck::Deck d = deck::Deck::defaults();
+  runtime::run_agreed(comm, [&] {
+    d = args.path.empty() ? deck::Deck::defaults(args.overrides)
+                          : deck::Deck::load(args.path, args.overrides);
+  });
+  // Every rank must have read the same deck (a stale copy on one node is a classic).
+  unsigned long long h = d.hash(), lo = 0, hi = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm));
+  ST_MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm));
+  runtime::run_agreed(comm, [&] {
+    ST_USER_CHECK(lo == hi, "the ranks read different decks from '", args.path,
+                  "' (resolved-deck hashes differ): is the file identical on every node?");
+  });
+  return d;
+}
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,48 @@
+// main(): MPI up, parse the subcommand, run it; errors become one message and an exit code.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "command.h"
+#include "shardtrain/runtime/runtime.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/log.h"
+
+using namespace shardtrain;
+
+int main(int argc, char** argv) {
+  int code = kExitOk;
+  try {
+    runtime::Runtime rt(&argc, &argv);
+    CLI::App app{"shardtrain: fully sharded data-parallel training (FSDP / ZeRO-3, hybrid "
+                 "sharding) as an MPI job"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("shardtrain ") + SHARDTRAIN_VERSION);
+    cli::CommandFn selected;
+    for (auto& [name, add] : cli::registered_commands()) add(app, selected);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      // Every rank parses the same argv, so every rank reaches here together.
+      if (rt.rank() == 0) code = app.exit(e);
+      else code = e.get_exit_code();
+      return code == 0 ? 0 : kExitUserInput;
+    }
+    try {
+      code = selected ? selected(rt) : kExitOk;
+    } catch (const Error& e) {
+      if (!e.agreed()) throw;
+      // All ranks hold this error: print once, leave MPI cleanly.
+      if (rt.rank() == 0) log::error(e.what());
+      code = e.exit_code();
+    }
+  } catch (const Error& e) {
+    // Raised on some ranks only: the others may be waiting in a collective; abort all.
+    log::error(e.what());
+    runtime::Runtime::abort(e.exit_code());
+  } catch (const std::exception& e) {
+    log::error(e.what());
+    runtime::Runtime::abort(kExitInternal);
+  }
+  return code;
+}

@@ -1,0 +1,49 @@
+// run_agreed: an all-reduce of the failure code, then a broadcast of the first message.
+#include "shardtrain/runtime/agree.h"
+
+#include <string>
+#include <vector>
+
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
+
+namespace shardtrain::runtime {
+
+void run_agreed(MPI_Comm comm, const std::function<void()>& fn) {
+  int rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  int code = kExitOk;
+  std::string msg;
+  try {
+    fn();
+  } catch (const UserError& e) {
+    code = kExitUserInput;
+    msg = e.what();
+  } catch (const Error& e) {
+    code = e.exit_code() == kExitOk ? kExitInternal : e.exit_code();
+    msg = e.what();
+  } catch (const std::exception& e) {
+    code = kExitInternal;
+    msg = e.what();
+  }
+  // Lowest failing rank speaks; its code decides the exception type.
+  int mine = code != kExitOk ? rank : 1 << 30, first = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == 1 << 30) return;
+  int hdr[2] = {code, static_cast<int>(msg.size())};
+  ST_MPI_CHECK(MPI_Bcast(hdr, 2, MPI_INT, first, comm));
+  std::vector<char> buf(msg.begin(), msg.end());
+  buf.resize(hdr[1]);
+  ST_MPI_CHECK(MPI_Bcast(buf.data(), hdr[1], MPI_CHAR, first, comm));
+  std::string text(buf.begin(), buf.end());
+  if (hdr[0] == kExitUserInput) {
+    UserError e(text);
+    e.set_agreed();
+    throw e;
+  }
+  Error e(text, hdr[0]);
+  e.set_agreed();
+  throw e;
+}
+
+}  // namespace shardtrain::runtime
