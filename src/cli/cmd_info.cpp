@@ -1,0 +1,82 @@
+// `shardtrain info`: versions, topology and the device mesh as a rank table.
+#include <hdf5.h>
+#include <mpi.h>
+#include <torch/version.h>
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "shardtrain/comm/comm.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/device_mesh.h"
+#include "shardtrain/runtime/topology.h"
+#include "shardtrain/util/mpi_check.h"
+
+namespace shardtrain::cli {
+namespace {
+
+std::string join(const std::vector<int>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+  return os.str();
+}
+
+int run_info(runtime::Runtime& rt, const DeckArgs& args) {
+  deck::Deck d = load_deck_agreed(args, rt.world());
+  runtime::Topology topo;
+  std::unique_ptr<runtime::DeviceMesh> mesh;
+  runtime::run_agreed(rt.world(), [&] {
+    topo = runtime::discover_topology(rt.world(), static_cast<int>(d.get_int("parallel.simulate_ranks_per_host")));
+  });
+  runtime::run_agreed(rt.world(), [&] {
+    mesh = std::make_unique<runtime::DeviceMesh>(rt.world(), topo,
+                                                 static_cast<int>(d.get_int("parallel.shard_group_size")));
+  });
+
+  // One fixed-width row per rank, gathered to rank 0 in rank order.
+  constexpr int kRow = 256;
+  char row[kRow];
+  std::string device = topo.device >= 0 ? "cuda:" + std::to_string(topo.device) : "cpu";
+  std::snprintf(row, kRow, "%5d  %-24s %10d  %-8s %-13s %-12s %-16s %-12s", topo.world_rank,
+                topo.host_names[topo.host_id].c_str(), topo.local_rank, device.c_str(),
+                mesh->shard_group_name().c_str(), join(mesh->shard_members()).c_str(),
+                mesh->replicate_group_name().c_str(), join(mesh->replicate_members()).c_str());
+  std::vector<char> all(rt.rank() == 0 ? static_cast<size_t>(kRow) * rt.size() : 0);
+  ST_MPI_CHECK(MPI_Gather(row, kRow, MPI_CHAR, all.data(), kRow, MPI_CHAR, 0, rt.world()));
+  if (rt.rank() != 0) return 0;
+
+  unsigned h5maj, h5min, h5rel;
+  H5get_libversion(&h5maj, &h5min, &h5rel);
+  char mpiver[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(mpiver, &len);
+  std::string mpi_line(mpiver, len);
+  mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
+  std::string nccl = comm::nccl_version_string();
+  std::printf("shardtrain %s\n", SHARDTRAIN_VERSION);
+  std::printf("  libtorch %s, %s, HDF5 %u.%u.%u (parallel), NCCL %s\n", TORCH_VERSION,
+              mpi_line.c_str(), h5maj, h5min, h5rel, nccl.empty() ? "not built" : nccl.c_str());
+  std::printf("  world %d ranks on %d host%s%s; GPUs per host %d\n", rt.size(), topo.num_hosts,
+              topo.num_hosts == 1 ? "" : "s", topo.simulated ? " (simulated)" : "", topo.gpus_per_host);
+  std::printf("  mesh: %d replicate x %d shard; shard groups %s hosts; strategy %s\n\n",
+              mesh->replicate_size(), mesh->shard_size(),
+              mesh->shard_group_within_host() ? "inside" : "span", d.get_string("parallel.strategy").c_str());
+  std::printf("%5s  %-24s %10s  %-8s %-13s %-12s %-16s %-12s\n", "rank", "host", "local_rank", "device",
+              "shard_group", "members", "replicate_group", "members");
+  for (int r = 0; r < rt.size(); ++r) std::printf("%s\n", &all[static_cast<size_t>(r) * kRow]);
+  return 0;
+}
+
+void add_info(CLI::App& app, CommandFn& selected) {
+  auto* sub = app.add_subcommand("info", "Print versions, the rank topology and the device mesh");
+  auto args = std::make_shared<DeckArgs>();
+  add_deck_args(sub, *args, false);
+  sub->callback([&selected, args] { selected = [args](runtime::Runtime& rt) { return run_info(rt, *args); }; });
+}
+
+}  // namespace
+ST_REGISTER_COMMAND(info, add_info);
+}  // namespace shardtrain::cli
