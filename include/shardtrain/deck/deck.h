@@ -24,7 +24,16 @@ struct KeySpec {
   std::vector<std::string> choices;   // String: allowed values ("" = any)
   bool has_min = false, has_max = false;
   double min = 0, max = 0;            // Int/Float range, inclusive
+  bool min_exclusive = false, max_exclusive = false;  // makes that bound strict (> or <)
+  bool non_empty = false;             // String: "" is not allowed
 };
+
+// One [section] of a deck, in documentation order.
+struct SectionSpec {
+  std::string name;
+  std::string help;                   // one line
+};
+const std::vector<SectionSpec>& sections();
 
 // All keys, in documentation order.
 const std::vector<KeySpec>& schema();
@@ -46,6 +55,16 @@ class Deck {
   const std::string& get_string(const std::string& key) const;
   const std::vector<std::string>& get_string_list(const std::string& key) const;
   bool is_set(const std::string& key) const;  // given in the file or an override
+  // Where the value came from, for messages: "deck.toml:12:1", "--set a.b=v" or "default".
+  std::string origin(const std::string& key) const;
+  // Every key's value (defaults included), keyed by "section.name".
+  const std::map<std::string, Value>& values() const { return values_; }
+
+  // Output paths with their "" defaults resolved: run.out_dir ("" = runs/<run.name>) and
+  // checkpoint.dir ("" = <out_dir>/checkpoints). The resolved deck is saved as
+  // <out_dir>/deck.resolved.toml.
+  std::string out_dir() const;
+  std::string checkpoint_dir() const;
 
   // The fully resolved deck (defaults included) as TOML, one comment per key.
   std::string resolved_toml() const;
@@ -54,8 +73,14 @@ class Deck {
   const std::string& source() const { return source_; }
 
  private:
+  static Deck from_schema();
+  void set_value(const std::string& key, Value v, std::string origin);
+  void apply_override(const std::string& assignment);
+  void check_relations() const;  // rules that involve several keys
+
   std::map<std::string, Value> values_;
   std::map<std::string, bool> set_;
+  std::map<std::string, std::string> origin_;
   std::string source_;
 };
 

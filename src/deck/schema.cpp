@@ -1,0 +1,204 @@
+// The deck schema: every section and key with its type, default, allowed values, unit and help.
+#include <algorithm>
+
+#include "shardtrain/deck/deck.h"
+
+namespace shardtrain::deck {
+namespace {
+
+// Fluent builder so each key reads as one line of the schema table.
+class Key {
+ public:
+  Key(const char* key, Type type, Value def, const char* help) {
+    s_.key = key;
+    s_.type = type;
+    s_.default_value = std::move(def);
+    s_.help = help;
+  }
+  Key& unit(const char* u) { s_.unit = u; return *this; }
+  Key& at_least(double v) { s_.has_min = true; s_.min = v; return *this; }
+  Key& above(double v) { at_least(v); s_.min_exclusive = true; return *this; }
+  Key& at_most(double v) { s_.has_max = true; s_.max = v; return *this; }
+  Key& below(double v) { at_most(v); s_.max_exclusive = true; return *this; }
+  Key& one_of(std::vector<std::string> c) { s_.choices = std::move(c); return *this; }
+  Key& non_empty() { s_.non_empty = true; return *this; }
+  operator KeySpec() const { return s_; }
+
+ private:
+  KeySpec s_;
+};
+
+Key Int(const char* key, int64_t def, const char* help) { return Key(key, Type::Int, def, help); }
+Key Float(const char* key, double def, const char* help) { return Key(key, Type::Float, def, help); }
+Key Bool(const char* key, bool def, const char* help) { return Key(key, Type::Bool, def, help); }
+Key Str(const char* key, const char* def, const char* help) {
+  return Key(key, Type::String, std::string(def), help);
+}
+Key List(const char* key, std::vector<std::string> def, const char* help) {
+  return Key(key, Type::StringList, std::move(def), help);
+}
+
+const std::vector<std::string> kDtypes = {"fp32", "bf16", "fp16"};
+
+std::vector<KeySpec> build_schema() {
+  return {
+    // [run]
+    Str("run.name", "quickstart", "run name; the default output directory is runs/<name>").non_empty(),
+    Int("run.seed", 1234, "seed of parameter init, data order and dropout").at_least(0),
+    Str("run.out_dir", "", "output directory (metrics, resolved deck, checkpoints); \"\" = runs/<run.name>"),
+    Int("run.threads", 0, "intra-op CPU threads per rank; 0 = cores per host / ranks per host")
+        .at_least(0).unit("threads"),
+
+    // [parallel]
+    Str("parallel.strategy", "full_shard", "how parameters, gradients and optimizer state are sharded")
+        .one_of({"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"}),
+    Int("parallel.shard_group_size", 0,
+        "ranks that share one sharded replica (must divide the world size); 0 = ranks per host")
+        .at_least(0).unit("ranks"),
+    Int("parallel.simulate_ranks_per_host", 0,
+        "pretend every k consecutive ranks form a host (tests on one machine); 0 = real hosts")
+        .at_least(0).unit("ranks"),
+
+    // [comm]
+    Str("comm.backend", "auto", "collective backend; auto = nccl for CUDA tensors, mpi otherwise")
+        .one_of({"auto", "mpi", "nccl"}),
+    Float("comm.timeout_s", 600.0, "a collective that takes longer aborts the job with a report")
+        .above(0).unit("s"),
+    Int("comm.flight_recorder", 64, "collectives remembered per group for timeout reports; 0 = off")
+        .at_least(0).unit("entries"),
+
+    // [model]
+    Str("model.arch", "gpt2", "model family").one_of({"gpt2", "llama", "vit"}),
+    Str("model.preset", "", "named size that fills the model keys this deck does not set; \"\" = none")
+        .one_of({"", "gpt2-124m", "gpt2-355m", "gpt2-774m", "gpt2-1.5b"}),
+    Int("model.vocab_size", 50257, "vocabulary size (gpt2, llama)").at_least(1).unit("tokens"),
+    Int("model.seq_len", 1024, "context length (gpt2, llama)").at_least(1).unit("tokens"),
+    Int("model.d_model", 768, "hidden size").at_least(1),
+    Int("model.n_layers", 12, "transformer blocks").at_least(1),
+    Int("model.n_heads", 12, "attention heads; must divide d_model").at_least(1),
+    Int("model.n_kv_heads", 0, "key/value heads for grouped-query attention (llama); 0 = n_heads")
+        .at_least(0),
+    Int("model.d_ff", 0, "feed-forward hidden size; 0 = arch default (gpt2 4*d_model, llama SwiGLU)")
+        .at_least(0),
+    Float("model.norm_eps", 1e-5, "epsilon of the layer / RMS norms").above(0),
+    Float("model.rope_theta", 10000.0, "rotary embedding base (llama)").above(0),
+    Bool("model.tie_embeddings", true, "share the token embedding with the output projection (gpt2 always ties)"),
+    Int("model.image_size", 28, "input image side (vit)").at_least(1).unit("pixels"),
+    Int("model.patch_size", 7, "patch side; must divide image_size (vit)").at_least(1).unit("pixels"),
+    Int("model.channels", 1, "input image channels (vit)").at_least(1),
+    Int("model.num_classes", 10, "output classes (vit)").at_least(1),
+    Float("model.dropout", 0.0, "dropout probability").at_least(0).below(1),
+
+    // [fsdp]
+    Str("fsdp.param_dtype", "fp32", "dtype of unsharded parameters in forward and backward").one_of(kDtypes),
+    Str("fsdp.reduce_dtype", "fp32", "dtype in which gradients are reduced").one_of(kDtypes),
+    Str("fsdp.buffer_dtype", "fp32", "dtype of module buffers").one_of(kDtypes),
+    Str("fsdp.wrap", "block", "which modules become FSDP units: each block, by size, or the whole model")
+        .one_of({"block", "size", "none"}),
+    Int("fsdp.min_num_params", 100000000, "wrap = size: smallest module that becomes its own unit")
+        .at_least(1).unit("params"),
+    List("fsdp.keep_fp32", {"norm", "ln_"}, "parameter-name patterns kept in fp32 under mixed precision"),
+    List("fsdp.ignored_params", {}, "parameter-name patterns left unsharded (replicated, all-reduced like DDP)"),
+    Str("fsdp.backward_prefetch", "pre", "when backward gathers the next unit: before or after the current gradient")
+        .one_of({"pre", "post", "none"}),
+    Bool("fsdp.forward_prefetch", false, "gather the next unit while the current one runs forward"),
+    Int("fsdp.limit_all_gathers", 2, "all-gathers in flight at most (bounds unsharded memory)")
+        .at_least(1).unit("all-gathers"),
+    Bool("fsdp.activation_checkpointing", false, "recompute each unit's activations in backward"),
+    Bool("fsdp.cpu_offload", false, "keep parameter shards and optimizer state in host memory"),
+
+    // [optimizer]
+    Str("optimizer.name", "adamw", "optimizer").one_of({"adamw", "sgd"}),
+    Float("optimizer.lr", 3e-4, "peak learning rate").above(0),
+    Float("optimizer.beta1", 0.9, "adamw: first-moment decay").at_least(0).below(1),
+    Float("optimizer.beta2", 0.95, "adamw: second-moment decay").at_least(0).below(1),
+    Float("optimizer.eps", 1e-8, "adamw: denominator epsilon").above(0),
+    Float("optimizer.weight_decay", 0.1, "decoupled weight decay").at_least(0),
+    Float("optimizer.momentum", 0.9, "sgd: momentum").at_least(0).below(1),
+    Float("optimizer.grad_clip", 1.0, "clip the global gradient norm to this; 0 = off").at_least(0),
+    List("optimizer.no_decay", {".bias", "norm", "ln_"}, "parameter-name patterns without weight decay"),
+
+    // [lr]
+    Str("lr.schedule", "cosine", "learning-rate decay after warmup").one_of({"constant", "cosine", "linear"}),
+    Int("lr.warmup_steps", 100, "linear warmup from 0 to optimizer.lr").at_least(0).unit("steps"),
+    Float("lr.min_lr", 0.0, "learning rate at the end of the decay").at_least(0),
+    Int("lr.decay_steps", 0, "step at which the decay reaches min_lr; 0 = train.max_steps")
+        .at_least(0).unit("steps"),
+
+    // [train]
+    Int("train.max_steps", 1000, "optimizer steps to run").at_least(1).unit("steps"),
+    Int("train.max_tokens", 0, "stop after this many training tokens; 0 = no limit").at_least(0).unit("tokens"),
+    Int("train.micro_batch", 8, "samples per rank in one forward/backward").at_least(1).unit("samples"),
+    Int("train.global_batch", 0,
+        "samples per optimizer step over all ranks; 0 = micro_batch * grad_accum * data-parallel ranks")
+        .at_least(0).unit("samples"),
+    Int("train.grad_accum", 0, "micro-batches per optimizer step; 0 = derived from global_batch (or 1)")
+        .at_least(0).unit("micro-batches"),
+    Int("train.val_every", 100, "validate every this many steps; 0 = never").at_least(0).unit("steps"),
+    Int("train.val_batches", 10, "micro-batches per validation").at_least(1).unit("micro-batches"),
+
+    // [data]
+    Str("data.dataset", "", "prepared dataset directory (shardtrain data prepare); \"\" = synthetic tokens"),
+    Str("data.tokenizer", "gpt2", "tokenizer that produced (or will produce) the tokens").one_of({"gpt2", "byte"}),
+    Float("data.val_fraction", 0.05, "fraction of the dataset held out for validation").at_least(0).at_most(0.5),
+
+    // [log]
+    Int("log.every", 10, "print and record metrics every this many steps").at_least(1).unit("steps"),
+    Str("log.metrics_file", "metrics.jsonl", "JSON-lines metrics file, relative to run.out_dir; \"\" = none"),
+    Float("log.peak_tflops", 0.0, "peak throughput per rank for MFU; 0 = measure at start")
+        .at_least(0).unit("TFLOP/s"),
+
+    // [checkpoint]
+    Str("checkpoint.dir", "", "checkpoint directory; \"\" = <run.out_dir>/checkpoints"),
+    Int("checkpoint.every_steps", 0, "write a checkpoint every this many steps; 0 = off").at_least(0).unit("steps"),
+    Float("checkpoint.every_minutes", 0.0, "write a checkpoint every this many minutes; 0 = off")
+        .at_least(0).unit("min"),
+    Int("checkpoint.keep_last", 3, "complete checkpoints kept; older ones are deleted").at_least(1),
+    Str("checkpoint.resume", "auto", "auto = latest in checkpoint.dir if any, never, or a checkpoint path")
+        .non_empty(),
+    Bool("checkpoint.async", false, "write checkpoints in the background while training continues"),
+  };
+}
+
+}  // namespace
+
+const char* to_string(Type t) {
+  switch (t) {
+    case Type::Int: return "int";
+    case Type::Float: return "float";
+    case Type::Bool: return "bool";
+    case Type::String: return "string";
+    case Type::StringList: return "string list";
+  }
+  return "?";
+}
+
+const std::vector<SectionSpec>& sections() {
+  static const std::vector<SectionSpec> s = {
+      {"run", "what the run is called, where it writes, how it seeds"},
+      {"parallel", "sharding strategy and the shape of the device mesh"},
+      {"comm", "collective communication"},
+      {"model", "architecture and size"},
+      {"fsdp", "units, mixed precision, prefetching, memory savers"},
+      {"optimizer", "the optimizer stepping the parameter shards"},
+      {"lr", "learning-rate schedule"},
+      {"train", "length of the run and batch sizes"},
+      {"data", "training and validation data"},
+      {"log", "console and metrics output"},
+      {"checkpoint", "sharded HDF5 checkpoints and resuming"},
+  };
+  return s;
+}
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> s = build_schema();
+  return s;
+}
+
+const KeySpec* find_key(const std::string& key) {
+  const auto& s = schema();
+  auto it = std::find_if(s.begin(), s.end(), [&](const KeySpec& k) { return k.key == key; });
+  return it == s.end() ? nullptr : &*it;
+}
+
+}  // namespace shardtrain::deck

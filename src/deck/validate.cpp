@@ -1,0 +1,31 @@
+// Checks one value against its key's range, choices and emptiness rule.
+#include <algorithm>
+#include <cmath>
+
+#include "deck_detail.h"
+
+namespace shardtrain::deck::detail {
+
+std::string check_value(const KeySpec& spec, const Value& v) {
+  if (spec.type == Type::Int || spec.type == Type::Float) {
+    double x = spec.type == Type::Int ? static_cast<double>(std::get<int64_t>(v)) : std::get<double>(v);
+    if (!std::isfinite(x)) return "must be a finite number, got " + toml_literal(v);
+    bool low = spec.has_min && (spec.min_exclusive ? !(x > spec.min) : !(x >= spec.min));
+    bool high = spec.has_max && (spec.max_exclusive ? !(x < spec.max) : !(x <= spec.max));
+    if (low || high) {
+      std::string range = allowed_text(spec);
+      bool interval = spec.has_min && spec.has_max;
+      return std::string("must be ") + (interval ? "in " : "") + range + ", got " + toml_literal(v);
+    }
+  }
+  if (spec.type == Type::String) {
+    const auto& s = std::get<std::string>(v);
+    if (spec.non_empty && s.empty()) return "must not be empty";
+    if (!spec.choices.empty() &&
+        std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end())
+      return "must be one of: " + allowed_text(spec) + "; got " + quoted(s);
+  }
+  return "";
+}
+
+}  // namespace shardtrain::deck::detail
