@@ -1,0 +1,95 @@
+// `shardtrain deck reference|check|show`: the deck reference, and validating or printing a deck.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "command.h"
+#include "shardtrain/deck/deck.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::cli {
+namespace {
+
+struct DeckCommandArgs {
+  std::string reference_out;  // "" = stdout
+  DeckArgs check, show;
+};
+
+// Provenance as TOML comments, so a saved `deck show` says where it came from.
+void print_resolved(const DeckArgs& args, const deck::Deck& d) {
+  std::cout << "# deck: " << args.path << "\n";
+  for (const auto& o : args.overrides) std::cout << "# --set " << o << "\n";
+  std::cout << d.resolved_toml();
+}
+
+int run_reference(runtime::Runtime& rt, const std::string& out) {
+  // Only rank 0 writes, but a failure must end every rank with the same message.
+  runtime::run_agreed(rt.world(), [&] {
+    if (rt.rank() != 0) return;
+    const std::string md = deck::reference_markdown();
+    if (out.empty()) {
+      std::cout << md << std::flush;
+      return;
+    }
+    std::ofstream f(out, std::ios::binary);
+    f << md;
+    f.close();
+    ST_USER_CHECK(f, out, ": cannot write the deck reference there");
+  });
+  return kExitOk;
+}
+
+int run_check(runtime::Runtime& rt, const DeckArgs& args) {
+  deck::Deck d = load_deck_agreed(args, rt.world());
+  if (rt.rank() == 0) {
+    print_resolved(args, d);
+    size_t set = 0;
+    for (const auto& k : deck::schema()) set += d.is_set(k.key) ? 1 : 0;
+    char hash[32];
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(d.hash()));
+    std::cout << "\n# valid deck: " << set << " of " << deck::schema().size() << " keys set, hash " << hash
+              << "\n" << std::flush;
+  }
+  return kExitOk;
+}
+
+int run_show(runtime::Runtime& rt, const DeckArgs& args) {
+  deck::Deck d = load_deck_agreed(args, rt.world());
+  if (rt.rank() == 0) {
+    print_resolved(args, d);
+    std::cout << std::flush;
+  }
+  return kExitOk;
+}
+
+void add_deck_command(CLI::App& app, CommandFn& selected) {
+  static DeckCommandArgs args;
+  CLI::App* cmd = app.add_subcommand("deck", "Input decks: the key reference, checking and showing a deck");
+  cmd->require_subcommand(1);
+
+  CLI::App* reference = cmd->add_subcommand("reference", "Print the reference of every deck key (Markdown)");
+  reference->add_option("-o,--output", args.reference_out, "Write it to this file instead of stdout");
+  reference->callback([&selected] {
+    selected = [](runtime::Runtime& rt) { return run_reference(rt, args.reference_out); };
+  });
+
+  CLI::App* check = cmd->add_subcommand(
+      "check", "Validate a deck (and overrides) and print it resolved; exit code 2 if it is invalid");
+  add_deck_args(check, args.check, /*deck_required=*/true);
+  check->callback([&selected] {
+    selected = [](runtime::Runtime& rt) { return run_check(rt, args.check); };
+  });
+
+  CLI::App* show = cmd->add_subcommand("show", "Print the resolved deck: every key, defaults included");
+  add_deck_args(show, args.show, /*deck_required=*/true);
+  show->callback([&selected] {
+    selected = [](runtime::Runtime& rt) { return run_show(rt, args.show); };
+  });
+}
+
+}  // namespace
+
+ST_REGISTER_COMMAND(deck, add_deck_command);
+
+}  // namespace shardtrain::cli
