@@ -1,0 +1,31 @@
+// What the `shardtrain data ...` subcommands do, as library functions (testable without MPI).
+// Each returns a one-paragraph human summary; bad input is a UserError.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace shardtrain::data {
+
+// data extract-austen: the six novels as <out_dir>/<name>.txt (default <data_dir>/austen).
+std::string cmd_extract_austen(const std::string& data_dir, const std::string& out_dir);
+
+struct PrepareArgs {
+  std::string data_dir;
+  std::string tokenizer = "gpt2";       // gpt2 | byte (ignored for mnist)
+  std::vector<std::string> sources;     // "austen", "mnist", or text files
+  std::string out_dir;
+  double val_fraction = -1;             // < 0: default (0.05 for text, 0.2 for mnist)
+};
+// data prepare: a token dataset (austen / text files) or an image dataset (mnist).
+std::string cmd_prepare(const PrepareArgs& a);
+
+// data encode / decode: raw little-endian ids (dtype "" = smallest that fits the vocab).
+std::string cmd_encode(const std::string& data_dir, const std::string& tokenizer, const std::string& in,
+                       const std::string& out, std::string dtype);
+std::string cmd_decode(const std::string& data_dir, const std::string& tokenizer, const std::string& in,
+                       const std::string& out, std::string dtype);
+
+// data info DIR: validates a dataset (token or image) and describes it.
+std::string cmd_info(const std::string& dir);
+
+}  // namespace shardtrain::data

@@ -1,0 +1,32 @@
+// Tokenizer interface (text <-> token ids) and the factory that builds one by name.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardtrain::data {
+
+// Not thread-safe: implementations may cache (one tokenizer per thread).
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<std::int32_t> encode(std::string_view text) = 0;
+  // Appends the ids of `text` to `out` (avoids a copy per document).
+  virtual void encode_append(std::string_view text, std::vector<std::int32_t>& out) = 0;
+  // Throws UserError on an id outside [0, vocab_size()).
+  virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
+  virtual std::int64_t vocab_size() const = 0;
+  // "gpt2" or "byte": the name make_tokenizer() accepts and meta.json records.
+  virtual std::string name() const = 0;
+  // The end-of-text id placed between documents, or -1 when the tokenizer has none.
+  virtual std::int32_t eot_id() const = 0;
+};
+
+// "byte": ids are the bytes, vocab 256, needs no files.
+// "gpt2": reads <data_dir>/gpt2/encoder.json and vocab.bpe (see gpt2_files_dir()).
+// Unknown names and missing files are UserErrors naming what was expected.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir);
+
+}  // namespace shardtrain::data

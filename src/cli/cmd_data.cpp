@@ -1,0 +1,93 @@
+// `shardtrain data ...`: extract-austen, prepare, encode, decode, info. The work runs on rank 0
+// (these are single-process tools); failures are agreed so every rank exits with one message.
+#include <cstdio>
+
+#include "command.h"
+#include "shardtrain/data/commands.h"
+#include "shardtrain/data/paths.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::cli {
+namespace {
+
+struct DataArgs {
+  std::string data_dir;
+  std::string out;
+  data::PrepareArgs prepare;
+  std::string tokenizer = "gpt2", dtype, in, info_dir;
+};
+
+int run_on_rank0(runtime::Runtime& rt, const std::function<std::string()>& fn) {
+  std::string summary;
+  runtime::run_agreed(rt.world(), [&] {
+    if (rt.rank() == 0) summary = fn();
+  });
+  if (rt.rank() == 0) std::printf("%s\n", summary.c_str());
+  return kExitOk;
+}
+
+std::string dir_or_default(const std::string& d) { return d.empty() ? data::default_data_dir() : d; }
+
+void add_data(CLI::App& app, CommandFn& selected) {
+  auto args = std::make_shared<DataArgs>();
+  auto* data = app.add_subcommand("data", "Data sources, tokenizers and datasets (see docs/data.md)");
+  data->require_subcommand(1);
+  data->add_option("--data-dir", args->data_dir,
+                   "Where scripts/fetch-data put the sources (default $SHARDTRAIN_DATA_DIR or <repo>/.data)");
+
+  auto* ex = data->add_subcommand("extract-austen", "Write the janeaustenr novels as <out>/<name>.txt");
+  ex->add_option("--out", args->out, "Output directory (default <data-dir>/austen)");
+  ex->callback([args, &selected] {
+    selected = [args](runtime::Runtime& rt) {
+      return run_on_rank0(rt, [&] { return data::cmd_extract_austen(dir_or_default(args->data_dir), args->out); });
+    };
+  });
+
+  auto* pr = data->add_subcommand("prepare", "Tokenize sources into DIR/{train,val}.bin + meta.json (or MNIST)");
+  pr->add_option("--tokenizer", args->prepare.tokenizer, "gpt2 | byte")->check(CLI::IsMember({"gpt2", "byte"}));
+  pr->add_option("--source", args->prepare.sources, "austen | mnist | text FILE (repeatable)")->required();
+  pr->add_option("--out", args->prepare.out_dir, "Output dataset directory")->required();
+  pr->add_option("--val-fraction", args->prepare.val_fraction,
+                 "Held-out fraction (default 0.05 for text, 0.2 for mnist)");
+  pr->callback([args, &selected] {
+    selected = [args](runtime::Runtime& rt) {
+      return run_on_rank0(rt, [&] {
+        auto a = args->prepare;
+        a.data_dir = dir_or_default(args->data_dir);
+        return data::cmd_prepare(a);
+      });
+    };
+  });
+
+  for (bool encode : {true, false}) {
+    auto* c = data->add_subcommand(encode ? "encode" : "decode",
+                                   encode ? "Text file -> raw little-endian token ids"
+                                          : "Raw little-endian token ids -> text file");
+    c->add_option("--tokenizer", args->tokenizer, "gpt2 | byte")->check(CLI::IsMember({"gpt2", "byte"}));
+    c->add_option("--dtype", args->dtype, "uint16 | uint32 (default: smallest that fits the vocabulary)")
+        ->check(CLI::IsMember({"uint16", "uint32"}));
+    c->add_option("in", args->in, "Input file")->required();
+    c->add_option("out", args->out, "Output file")->required();
+    c->callback([args, encode, &selected] {
+      selected = [args, encode](runtime::Runtime& rt) {
+        return run_on_rank0(rt, [&] {
+          auto dir = dir_or_default(args->data_dir);
+          return encode ? data::cmd_encode(dir, args->tokenizer, args->in, args->out, args->dtype)
+                        : data::cmd_decode(dir, args->tokenizer, args->in, args->out, args->dtype);
+        });
+      };
+    });
+  }
+
+  auto* info = data->add_subcommand("info", "Validate a prepared dataset and describe it");
+  info->add_option("dir", args->info_dir, "Dataset directory")->required();
+  info->callback([args, &selected] {
+    selected = [args](runtime::Runtime& rt) { return run_on_rank0(rt, [&] { return data::cmd_info(args->info_dir); }); };
+  });
+}
+
+}  // namespace
+ST_REGISTER_COMMAND(data, add_data);
+
+}  // namespace shardtrain::cli

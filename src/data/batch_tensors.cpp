@@ -1,0 +1,24 @@
+// Sampler batches -> libtorch tensors (CPU; the trainer moves them to the device).
+#include "shardtrain/data/batch_tensors.h"
+
+namespace shardtrain::data {
+
+TokenTensors to_tensors(const TokenBatch& b) {
+  const std::int64_t w = b.seq_len + 1;
+  auto all = torch::empty({b.batch, w}, torch::kInt32);
+  std::copy(b.tokens.begin(), b.tokens.end(), all.data_ptr<std::int32_t>());
+  all = all.to(torch::kInt64);
+  using torch::indexing::Slice;
+  return {all.index({Slice(), Slice(0, b.seq_len)}).contiguous(), all.index({Slice(), Slice(1, w)}).contiguous()};
+}
+
+ImageTensors to_tensors(const ImageBatch& b, float mean, float stddev) {
+  auto px = torch::empty({b.batch, b.channels, b.height, b.width}, torch::kUInt8);
+  std::copy(b.pixels.begin(), b.pixels.end(), px.data_ptr<std::uint8_t>());
+  auto images = (px.to(torch::kFloat32) / 255.0f - mean) / stddev;
+  auto labels = torch::empty({b.batch}, torch::kUInt8);
+  std::copy(b.labels.begin(), b.labels.end(), labels.data_ptr<std::uint8_t>());
+  return {images, labels.to(torch::kInt64)};
+}
+
+}  // namespace shardtrain::data

@@ -1,0 +1,131 @@
+// Sampler index arithmetic. The permutation of epoch e is a Fisher-Yates shuffle driven by
+// SplitMix64 seeded from (seed, e), with unbiased bounded draws, so it is the same on every
+// platform, compiler and rank count (std::shuffle's output is implementation-defined).
+#include "shardtrain/data/sampler.h"
+
+#include <numeric>
+
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::data {
+namespace {
+struct SplitMix64 {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, bound) by rejection (no modulo bias).
+  std::uint64_t below(std::uint64_t bound) {
+    std::uint64_t limit = ~std::uint64_t(0) - (~std::uint64_t(0) % bound);
+    for (;;) {
+      std::uint64_t r = next();
+      if (r < limit) return r % bound;
+    }
+  }
+};
+}  // namespace
+
+SamplerCursor SamplerCursor::from_array(const std::array<std::int64_t, 2>& a) {
+  ST_USER_CHECK(a[0] >= 0 && a[1] >= 0, "invalid data cursor (epoch ", a[0], ", position ", a[1], ")");
+  return {a[0], a[1]};
+}
+
+IndexSampler::IndexSampler(std::int64_t num_items, const SamplerConfig& cfg) : n_(num_items), cfg_(cfg) {
+  ST_USER_CHECK(cfg.world >= 1 && cfg.rank >= 0 && cfg.rank < cfg.world, "data-parallel rank ", cfg.rank,
+                " outside world of ", cfg.world);
+  ST_USER_CHECK(cfg.global_batch >= 1 && cfg.micro_batches >= 1, "global batch (", cfg.global_batch,
+                ") and micro-batches (", cfg.micro_batches, ") must be positive");
+  ST_USER_CHECK(cfg.global_batch % (static_cast<std::int64_t>(cfg.world) * cfg.micro_batches) == 0,
+                "global batch ", cfg.global_batch, " is not divisible by data-parallel ranks (", cfg.world,
+                ") x micro-batches (", cfg.micro_batches, ")");
+  ST_USER_CHECK(n_ >= cfg.global_batch, "the dataset has ", n_, " samples, fewer than one global batch of ",
+                cfg.global_batch);
+}
+
+const std::vector<std::int64_t>& IndexSampler::permutation(std::int64_t epoch) const {
+  if (perm_epoch_ != epoch) {
+    perm_.resize(n_);
+    std::iota(perm_.begin(), perm_.end(), 0);
+    // Seed mixes (seed, epoch) through one SplitMix64 step so nearby seeds/epochs decorrelate.
+    SplitMix64 init{cfg_.seed ^ (0xD1B54A32D192ED03ULL * static_cast<std::uint64_t>(epoch + 1))};
+    SplitMix64 rng{init.next()};
+    for (std::int64_t i = n_ - 1; i > 0; --i)
+      std::swap(perm_[i], perm_[static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(i + 1)))]);
+    perm_epoch_ = epoch;
+  }
+  return perm_;
+}
+
+std::int64_t IndexSampler::item_at(std::int64_t epoch, std::int64_t index) const {
+  ST_CHECK(index >= 0 && index < n_, "sampler index ", index, " outside [0, ", n_, ")");
+  return cfg_.shuffle ? permutation(epoch)[index] : index;
+}
+
+void IndexSampler::check(const SamplerCursor& c) const {
+  ST_USER_CHECK(c.epoch >= 0 && c.position >= 0 && c.position + cfg_.global_batch <= n_, "data cursor (epoch ",
+                c.epoch, ", position ", c.position, ") does not fit a dataset of ", n_,
+                " samples with global batch ", cfg_.global_batch, ": was it saved for another dataset?");
+}
+
+SamplerCursor IndexSampler::next(const SamplerCursor& c) const {
+  SamplerCursor n{c.epoch, c.position + cfg_.global_batch};
+  if (n.position + cfg_.global_batch > n_) n = {c.epoch + 1, 0};
+  return n;
+}
+
+std::vector<std::int64_t> IndexSampler::global_items(const SamplerCursor& c) const {
+  check(c);
+  std::vector<std::int64_t> out(cfg_.global_batch);
+  for (std::int64_t i = 0; i < cfg_.global_batch; ++i) out[i] = item_at(c.epoch, c.position + i);
+  return out;
+}
+
+std::vector<std::int64_t> IndexSampler::local_items(const SamplerCursor& c, int micro) const {
+  check(c);
+  ST_CHECK(micro >= 0 && micro < cfg_.micro_batches, "micro-batch ", micro, " outside [0, ", cfg_.micro_batches, ")");
+  std::int64_t first = c.position + cfg_.rank * local_batch() + micro * micro_batch();
+  std::vector<std::int64_t> out(micro_batch());
+  for (std::int64_t i = 0; i < micro_batch(); ++i) out[i] = item_at(c.epoch, first + i);
+  return out;
+}
+
+TokenSampler::TokenSampler(const TokenDataset& ds, std::int64_t seq_len, const SamplerConfig& cfg)
+    : ds_(ds), seq_len_(seq_len),
+      index_((seq_len > 0 && ds.size() > 0 ? (ds.size() - 1) / seq_len : 0), [&] {
+        ST_USER_CHECK(seq_len > 0, "sequence length must be positive, got ", seq_len);
+        return cfg;
+      }()) {}
+
+TokenBatch TokenSampler::batch(const SamplerCursor& c, int micro) const {
+  auto items = index_.local_items(c, micro);
+  TokenBatch b;
+  b.batch = static_cast<std::int64_t>(items.size());
+  b.seq_len = seq_len_;
+  b.tokens.resize(b.batch * (seq_len_ + 1));
+  for (std::int64_t i = 0; i < b.batch; ++i) ds_.read(items[i] * seq_len_, seq_len_ + 1, &b.tokens[i * (seq_len_ + 1)]);
+  return b;
+}
+
+ImageSampler::ImageSampler(const ImageDataset& ds, const SamplerConfig& cfg) : ds_(ds), index_(ds.size(), cfg) {}
+
+ImageBatch ImageSampler::batch(const SamplerCursor& c, int micro) const {
+  auto items = index_.local_items(c, micro);
+  ImageBatch b;
+  b.batch = static_cast<std::int64_t>(items.size());
+  b.channels = ds_.meta().channels;
+  b.height = ds_.meta().height;
+  b.width = ds_.meta().width;
+  int px = ds_.pixels();
+  b.pixels.resize(b.batch * px);
+  b.labels.resize(b.batch);
+  for (std::int64_t i = 0; i < b.batch; ++i) {
+    std::copy(ds_.image(items[i]), ds_.image(items[i]) + px, b.pixels.begin() + i * px);
+    b.labels[i] = ds_.label(items[i]);
+  }
+  return b;
+}
+
+}  // namespace shardtrain::data

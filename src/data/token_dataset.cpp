@@ -1,0 +1,213 @@
+// Writing, describing and memory-mapping token datasets.
+#include "shardtrain/data/token_dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "shardtrain/data/checksum.h"
+#include "shardtrain/data/paths.h"
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::data {
+namespace {
+// Little-endian encoding, independent of the host's byte order.
+std::string encode_ids(const std::vector<std::int32_t>& ids, int width) {
+  std::string out(ids.size() * width, '\0');
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto v = static_cast<std::uint32_t>(ids[i]);
+    for (int b = 0; b < width; ++b) out[i * width + b] = static_cast<char>((v >> (8 * b)) & 0xFF);
+  }
+  return out;
+}
+std::int32_t load_le(const unsigned char* p, int width) {
+  std::uint32_t v = 0;
+  for (int b = 0; b < width; ++b) v |= static_cast<std::uint32_t>(p[b]) << (8 * b);
+  return static_cast<std::int32_t>(v);
+}
+int width_of(const std::string& dtype, const std::string& where) {
+  if (dtype == "uint16") return 2;
+  if (dtype == "uint32") return 4;
+  throw UserError(where + ": dtype '" + dtype + "' is not 'uint16' or 'uint32'");
+}
+}  // namespace
+
+std::string dtype_for_vocab(std::int64_t vocab_size) { return vocab_size <= 65536 ? "uint16" : "uint32"; }
+
+TokenDatasetMeta prepare_token_dataset(const std::vector<TextDocument>& docs, Tokenizer& tok,
+                                       const std::string& out_dir, double val_fraction) {
+  ST_USER_CHECK(val_fraction >= 0 && val_fraction < 1, "--val-fraction must be in [0, 1), got ", val_fraction);
+  ST_USER_CHECK(!docs.empty(), "no source documents to prepare");
+  TokenDatasetMeta meta;
+  meta.tokenizer = tok.name();
+  meta.vocab_size = tok.vocab_size();
+  meta.dtype = dtype_for_vocab(meta.vocab_size);
+  meta.eot_id = tok.eot_id();
+  meta.val_fraction = val_fraction;
+  std::vector<std::int32_t> train, val, ids;
+  for (const auto& d : docs) {
+    ids.clear();
+    tok.encode_append(d.text, ids);
+    auto n = static_cast<std::int64_t>(ids.size());
+    auto n_val = static_cast<std::int64_t>(std::floor(val_fraction * static_cast<double>(n)));
+    train.insert(train.end(), ids.begin(), ids.end() - n_val);
+    val.insert(val.end(), ids.end() - n_val, ids.end());
+    if (meta.eot_id >= 0) {
+      train.push_back(meta.eot_id);
+      if (n_val > 0) val.push_back(meta.eot_id);
+    }
+    meta.sources.push_back({d.name, static_cast<std::int64_t>(d.text.size()), hex64(fnv1a64(d.text)), n - n_val, n_val});
+  }
+  meta.train_tokens = static_cast<std::int64_t>(train.size());
+  meta.val_tokens = static_cast<std::int64_t>(val.size());
+  make_dirs(out_dir);
+  int w = meta.bytes_per_token();
+  std::string bytes = encode_ids(train, w);
+  write_file(out_dir + "/train.bin", bytes.data(), bytes.size());
+  bytes = encode_ids(val, w);
+  write_file(out_dir + "/val.bin", bytes.data(), bytes.size());
+  write_token_meta(out_dir, meta);  // last: a dataset with meta.json is complete
+  return meta;
+}
+
+void write_token_meta(const std::string& dir, const TokenDatasetMeta& m) {
+  nlohmann::ordered_json j;
+  j["format"] = kTokenFormat;
+  j["version"] = kTokenFormatVersion;
+  j["tokenizer"] = m.tokenizer;
+  j["vocab_size"] = m.vocab_size;
+  j["dtype"] = m.dtype;
+  j["byte_order"] = "little";
+  j["eot_id"] = m.eot_id;
+  j["splits"]["train"] = {{"file", "train.bin"}, {"tokens", m.train_tokens}};
+  j["splits"]["val"] = {{"file", "val.bin"}, {"tokens", m.val_tokens}};
+  j["val_fraction"] = m.val_fraction;
+  j["split_rule"] = "per source: the last floor(val_fraction * n) of its n tokens go to val, the rest to "
+                    "train; sources concatenated in order, each followed by eot_id when eot_id >= 0";
+  auto& src = j["sources"] = nlohmann::ordered_json::array();
+  for (auto& s : m.sources)
+    src.push_back({{"name", s.name}, {"bytes", s.bytes}, {"fnv1a64", s.fnv1a64},
+                   {"train_tokens", s.train_tokens}, {"val_tokens", s.val_tokens}});
+  std::string text = j.dump(2) + "\n";
+  write_file(dir + "/meta.json", text.data(), text.size());
+}
+
+TokenDatasetMeta read_token_meta(const std::string& dir) {
+  std::string path = dir + "/meta.json";
+  ST_USER_CHECK(file_exists(path), "'", path, "' not found: is '", dir,
+                "' a dataset written by 'shardtrain data prepare'?");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError("'" + path + "' is not valid JSON: " + e.what());
+  }
+  TokenDatasetMeta m;
+  try {
+    ST_USER_CHECK(j.at("format") == kTokenFormat, "'", path, "': format is ", j.at("format").dump(),
+                  ", expected \"", kTokenFormat, "\"");
+    ST_USER_CHECK(j.at("version") == kTokenFormatVersion, "'", path, "': format version ", j.at("version").dump(),
+                  " is not supported (this build reads ", kTokenFormatVersion, ")");
+    m.tokenizer = j.at("tokenizer").get<std::string>();
+    m.vocab_size = j.at("vocab_size").get<std::int64_t>();
+    m.dtype = j.at("dtype").get<std::string>();
+    m.eot_id = j.at("eot_id").get<std::int32_t>();
+    m.val_fraction = j.at("val_fraction").get<double>();
+    m.train_tokens = j.at("splits").at("train").at("tokens").get<std::int64_t>();
+    m.val_tokens = j.at("splits").at("val").at("tokens").get<std::int64_t>();
+    for (auto& s : j.at("sources"))
+      m.sources.push_back({s.at("name"), s.at("bytes"), s.at("fnv1a64"), s.at("train_tokens"), s.at("val_tokens")});
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError("'" + path + "': missing or mistyped key: " + e.what());
+  }
+  width_of(m.dtype, "'" + path + "'");
+  ST_USER_CHECK(m.vocab_size > 0 && m.vocab_size <= (m.dtype == "uint16" ? 65536 : 2147483647LL), "'", path,
+                "': vocab_size ", m.vocab_size, " does not fit dtype ", m.dtype);
+  ST_USER_CHECK(m.train_tokens >= 0 && m.val_tokens >= 0, "'", path, "': negative token count");
+  return m;
+}
+
+TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : meta_(read_token_meta(dir)) {
+  ST_USER_CHECK(split == "train" || split == "val", "unknown split '", split, "' (expected train or val)");
+  path_ = dir + "/" + split + ".bin";
+  tokens_ = split == "train" ? meta_.train_tokens : meta_.val_tokens;
+  int w = meta_.bytes_per_token();
+  int fd = ::open(path_.c_str(), O_RDONLY);
+  ST_USER_CHECK(fd >= 0, "cannot open '", path_, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw UserError("cannot stat '" + path_ + "': " + std::strerror(errno));
+  }
+  auto expected = static_cast<long long>(tokens_) * w;
+  if (st.st_size != expected) {
+    ::close(fd);
+    throw UserError(detail::concat("'", path_, "' has ", st.st_size, " bytes but ", dir, "/meta.json says ",
+                                   tokens_, " ", meta_.dtype, " tokens (", expected,
+                                   " bytes): truncated file or wrong dtype"));
+  }
+  if (expected > 0) {
+    void* p = ::mmap(nullptr, static_cast<std::size_t>(expected), PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    ::close(fd);
+    ST_USER_CHECK(p != MAP_FAILED, "cannot mmap '", path_, "': ", std::strerror(err));
+    data_ = static_cast<const unsigned char*>(p);
+    mapped_ = static_cast<std::size_t>(expected);
+  } else {
+    ::close(fd);
+  }
+  // Spot-check ids: everything for small splits, an even spread for large ones.
+  const std::int64_t kFull = 16LL << 20, kSamples = 1LL << 20;
+  std::int64_t stride = tokens_ <= kFull ? 1 : tokens_ / kSamples;
+  for (std::int64_t i = 0; i < tokens_; i += stride) {
+    std::int64_t id = static_cast<std::uint32_t>(load_le(data_ + i * w, w));
+    ST_USER_CHECK(id < meta_.vocab_size, "'", path_, "': token ", i, " (byte offset ", i * w, ") is ", id,
+                  ", not below vocab_size ", meta_.vocab_size, " from meta.json: wrong dtype or corrupt file");
+  }
+}
+
+TokenDataset::~TokenDataset() {
+  if (data_) ::munmap(const_cast<unsigned char*>(data_), mapped_);
+}
+
+std::int32_t TokenDataset::at(std::int64_t i) const {
+  ST_CHECK(i >= 0 && i < tokens_, "token index ", i, " outside [0, ", tokens_, ") of ", path_);
+  return load_le(data_ + i * meta_.bytes_per_token(), meta_.bytes_per_token());
+}
+
+void TokenDataset::read(std::int64_t begin, std::int64_t n, std::int32_t* out) const {
+  ST_CHECK(begin >= 0 && n >= 0 && begin + n <= tokens_, "token range [", begin, ", ", begin + n,
+           ") outside [0, ", tokens_, ") of ", path_);
+  int w = meta_.bytes_per_token();
+  for (std::int64_t i = 0; i < n; ++i) out[i] = load_le(data_ + (begin + i) * w, w);
+}
+
+void write_ids(const std::string& path, const std::vector<std::int32_t>& ids, const std::string& dtype) {
+  int w = width_of(dtype, "--dtype");
+  std::uint64_t max = w == 2 ? 0xFFFF : 0xFFFFFFFFULL;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ST_USER_CHECK(ids[i] >= 0 && static_cast<std::uint64_t>(ids[i]) <= max, "id ", ids[i], " at position ", i,
+                  " does not fit ", dtype);
+  std::string bytes = encode_ids(ids, w);
+  write_file(path, bytes.data(), bytes.size());
+}
+
+std::vector<std::int32_t> read_ids(const std::string& path, const std::string& dtype) {
+  int w = width_of(dtype, "--dtype");
+  std::string bytes = read_file(path);
+  ST_USER_CHECK(bytes.size() % w == 0, "'", path, "' has ", bytes.size(), " bytes, not a multiple of ", w,
+                " (", dtype, "): truncated or wrong --dtype");
+  std::vector<std::int32_t> ids(bytes.size() / w);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = load_le(reinterpret_cast<const unsigned char*>(bytes.data()) + i * w, w);
+  return ids;
+}
+
+}  // namespace shardtrain::data
