@@ -63,6 +63,28 @@ class Model : public torch::nn::Module, public fsdp::Hookable {
   ModelSpec spec_;
 };
 
+// Builds spec.arch on `device`. On at::kMeta nothing is allocated (the engine
+// materialises units itself); on any other device the parameters are filled by
+// init_parameters(model, /*seed=*/0) so the model is usable as is.
 std::shared_ptr<Model> build_model(const ModelSpec& spec, at::Device device);
+
+// The spec with arch defaults filled in (d_ff, n_kv_heads) after checking that the
+// sizes fit together (heads divide d_model, patches tile the image, ...); UserError if not.
+ModelSpec resolve_spec(const ModelSpec& spec);
+
+// Named sizes: gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1.5b (HF GPT-2 family),
+// llama-7b (Llama-1 7B shape), vit-mnist (28x28x1, 10 classes). UserError if unknown.
+ModelSpec preset_spec(const std::string& name);
+std::vector<std::string> preset_names();
+
+// Number of parameters build_model(spec, ...) registers, computed from the spec alone.
+int64_t parameter_count(const ModelSpec& spec);
+
+// Deterministic initialisation by the model's init_for() rules. Each parameter draws
+// from its own CPU generator seeded by param_seed(seed, name), so its values depend
+// on neither the device nor the order of construction nor the world size.
+uint64_t param_seed(uint64_t run_seed, const std::string& name);
+void init_parameter(at::Tensor& param, const ParamInit& rule, uint64_t seed);
+void init_parameters(Model& model, uint64_t run_seed);
 
 }  // namespace shardtrain::model

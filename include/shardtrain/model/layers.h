@@ -1,0 +1,99 @@
+// Layers shared by the models (Linear, GPT-2 Conv1D, LayerNorm, RMSNorm, Embedding, attention)
+// and the accessors through which parameters are read and swapped in a module's parameter dict.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardtrain::model {
+
+using ParamDict = torch::OrderedDict<std::string, at::Tensor>;
+
+// The module's own (non-recursive) parameter dict, writable. The FSDP engine assigns
+// `parameter_dict(m)[name] = view_of_flat_buffer`; every forward below reads the dict
+// again, so the swap takes effect without rebuilding the module.
+ParamDict& parameter_dict(torch::nn::Module& module);
+const ParamDict& parameter_dict(const torch::nn::Module& module);
+
+// The parameter `name` of `module` as its dict holds it now. Throws when absent.
+const at::Tensor& dict_param(const torch::nn::Module& module, const std::string& name);
+
+// Registers a parameter of `shape` directly on `device` (meta included) in fp32. The
+// values are uninitialised: the engine (or init_parameters) fills them by init_for().
+at::Tensor& add_param(torch::nn::Module& module, const std::string& name,
+                      std::vector<int64_t> shape, c10::Device device);
+
+// Base of the leaf layers: parameters live in the dict only, read back with param().
+class ParamModule : public torch::nn::Module {
+ public:
+  using torch::nn::Module::Module;
+
+ protected:
+  const at::Tensor& param(const std::string& name) const { return dict_param(*this, name); }
+};
+
+// y = x W^T + b, weight [out, in] (torch.nn.Linear layout).
+class Linear : public ParamModule {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias, c10::Device device);
+  at::Tensor forward(const at::Tensor& x) const;
+
+ private:
+  bool has_bias_;
+};
+
+// GPT-2's Conv1D: y = x W + b, weight [in, out] (the transpose of Linear's layout).
+class Conv1D : public ParamModule {
+ public:
+  Conv1D(int64_t in_features, int64_t out_features, c10::Device device);
+  at::Tensor forward(const at::Tensor& x) const;
+};
+
+// LayerNorm over the last dimension with weight and bias. Computes in the parameters'
+// dtype when it differs from the input's (fp32 norms under mixed precision) and returns
+// the input's dtype.
+class LayerNorm : public ParamModule {
+ public:
+  LayerNorm(int64_t dim, double eps, c10::Device device);
+  at::Tensor forward(const at::Tensor& x) const;
+
+ private:
+  int64_t dim_;
+  double eps_;
+};
+
+// RMSNorm as in HF Llama: x / sqrt(mean(x^2) + eps) in fp32, cast back, times weight.
+class RMSNorm : public ParamModule {
+ public:
+  RMSNorm(int64_t dim, double eps, c10::Device device);
+  at::Tensor forward(const at::Tensor& x) const;
+
+ private:
+  double eps_;
+};
+
+// Token lookup table, weight [num, dim].
+class Embedding : public ParamModule {
+ public:
+  Embedding(int64_t num, int64_t dim, c10::Device device);
+  at::Tensor forward(const at::Tensor& ids) const;
+  const at::Tensor& weight() const { return param("weight"); }
+};
+
+// Scaled dot-product attention, q [B, H, T, hd], k/v [B, H, S, hd] -> [B, H, T, hd];
+// scores scaled by 1/sqrt(hd), softmax in fp32, dropout on the probabilities.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                     double dropout, bool training);
+
+// [B, T, H*hd] <-> [B, H, T, hd].
+at::Tensor split_heads(const at::Tensor& x, int64_t n_heads);
+at::Tensor merge_heads(const at::Tensor& x);
+
+// Dropout that is free when off (p == 0 or eval mode).
+at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training);
+
+}  // namespace shardtrain::model

@@ -1,0 +1,108 @@
+// GPT2: Hugging Face GPT-2 (Conv1D projections, tanh GELU, tied LM head), see gpt2.h.
+#include "shardtrain/model/gpt2.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::model {
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+GPT2Attention::GPT2Attention(const ModelSpec& spec, c10::Device device)
+    : n_heads_(spec.n_heads), dropout_(spec.dropout) {
+  c_attn_ = register_module("c_attn", std::make_shared<Conv1D>(spec.d_model, 3 * spec.d_model, device));
+  c_proj_ = register_module("c_proj", std::make_shared<Conv1D>(spec.d_model, spec.d_model, device));
+}
+
+at::Tensor GPT2Attention::forward(const at::Tensor& x) {
+  std::vector<at::Tensor> qkv = c_attn_->forward(x).chunk(3, -1);
+  at::Tensor y = attention(split_heads(qkv[0], n_heads_), split_heads(qkv[1], n_heads_),
+                           split_heads(qkv[2], n_heads_), /*causal=*/true, dropout_, is_training());
+  return maybe_dropout(c_proj_->forward(merge_heads(y)), dropout_, is_training());
+}
+
+GPT2MLP::GPT2MLP(const ModelSpec& spec, c10::Device device) : dropout_(spec.dropout) {
+  c_fc_ = register_module("c_fc", std::make_shared<Conv1D>(spec.d_model, spec.d_ff, device));
+  c_proj_ = register_module("c_proj", std::make_shared<Conv1D>(spec.d_ff, spec.d_model, device));
+}
+
+at::Tensor GPT2MLP::forward(const at::Tensor& x) {
+  at::Tensor h = at::gelu(c_fc_->forward(x), "tanh");
+  return maybe_dropout(c_proj_->forward(h), dropout_, is_training());
+}
+
+GPT2Block::GPT2Block(const ModelSpec& spec, c10::Device device) : torch::nn::Module(kTypeName) {
+  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(spec.d_model, spec.norm_eps, device));
+  attn_ = register_module("attn", std::make_shared<GPT2Attention>(spec, device));
+  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(spec.d_model, spec.norm_eps, device));
+  mlp_ = register_module("mlp", std::make_shared<GPT2MLP>(spec, device));
+}
+
+at::Tensor GPT2Block::forward(const at::Tensor& x) {
+  return hooked([&] {
+    at::Tensor h = x + attn_->forward(ln_1_->forward(x));
+    return h + mlp_->forward(ln_2_->forward(h));
+  });
+}
+
+GPT2Transformer::GPT2Transformer(const ModelSpec& spec, c10::Device device) {
+  wte = register_module("wte", std::make_shared<Embedding>(spec.vocab_size, spec.d_model, device));
+  wpe = register_module("wpe", std::make_shared<Embedding>(spec.seq_len, spec.d_model, device));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < spec.n_layers; ++i) {
+    blocks.push_back(std::make_shared<GPT2Block>(spec, device));
+    h->push_back(blocks.back());
+  }
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(spec.d_model, spec.norm_eps, device));
+}
+
+GPT2::GPT2(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spec)) {
+  ST_USER_CHECK(spec_.tie_embeddings, "gpt2 always ties the LM head to transformer.wte");
+  transformer_ = register_module("transformer", std::make_shared<GPT2Transformer>(spec_, device));
+}
+
+at::Tensor GPT2::forward(const at::Tensor& input) {
+  return hooked([&] {
+    const int64_t t = input.size(1);
+    ST_USER_CHECK(t <= spec_.seq_len, "gpt2: sequence of ", t, " tokens exceeds n_positions ",
+                  spec_.seq_len);
+    // Positions 0..T-1 are the first T rows of wpe (same as embedding(arange(T))).
+    at::Tensor x = transformer_->wte->forward(input) + transformer_->wpe->weight().narrow(0, 0, t);
+    x = maybe_dropout(x, spec_.dropout, is_training());
+    for (const auto& block : transformer_->blocks) x = block->forward(x);
+    x = transformer_->ln_f->forward(x);
+    return at::linear(x, transformer_->wte->weight());  // tied lm_head
+  });
+}
+
+ParamInit GPT2::init_for(const std::string& name) const {
+  using K = ParamInit::Kind;
+  if (ends_with(name, ".bias")) return {K::Zeros, 0.0};
+  if (name.find(".ln_") != std::string::npos) return {K::Ones, 0.0};
+  // GPT-2 paper: residual projections scaled by 1/sqrt(number of residual layers).
+  if (ends_with(name, ".c_proj.weight"))
+    return {K::Normal, 0.02 / std::sqrt(2.0 * static_cast<double>(spec_.n_layers))};
+  ST_CHECK(ends_with(name, ".weight"), "gpt2 has no parameter named ", name);
+  return {K::Normal, 0.02};
+}
+
+int64_t GPT2::parameter_count(const ModelSpec& s) {
+  const int64_t d = s.d_model, f = s.d_ff;
+  const int64_t per_block = 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + 2 * d + (d * f + f) + (f * d + d);
+  return s.vocab_size * d + s.seq_len * d + s.n_layers * per_block + 2 * d;
+}
+
+double GPT2::train_flops_per_token(int64_t seq_len) const {
+  // N excludes wpe (a lookup) but keeps wte, which does the work of the tied LM head.
+  const double n = static_cast<double>(parameter_count(spec_) - spec_.seq_len * spec_.d_model);
+  return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * seq_len);
+}
+
+}  // namespace shardtrain::model

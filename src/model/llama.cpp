@@ -1,0 +1,133 @@
+// Llama: Llama-style decoder with HF LlamaForCausalLM names, see llama.h.
+#include "shardtrain/model/llama.h"
+
+#include <ATen/ATen.h>
+
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::model {
+
+RotaryTables rotary_tables(int64_t seq_len, int64_t head_dim, double theta, c10::Device device) {
+  const auto opts = at::TensorOptions().device(device).dtype(at::kFloat);
+  at::Tensor inv_freq = at::pow(theta, at::arange(0, head_dim, 2, opts) / static_cast<double>(head_dim)).reciprocal();
+  at::Tensor freqs = at::arange(seq_len, opts).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, hd/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);
+  return {emb.cos(), emb.sin()};
+}
+
+at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  const auto dtype = x.scalar_type();
+  return x * rope.cos.to(dtype) + rotated * rope.sin.to(dtype);
+}
+
+LlamaAttention::LlamaAttention(const ModelSpec& spec, c10::Device device)
+    : n_heads_(spec.n_heads), n_kv_heads_(spec.n_kv_heads), dropout_(spec.dropout) {
+  const int64_t d = spec.d_model, hd = spec.d_model / spec.n_heads;
+  q_proj_ = register_module("q_proj", std::make_shared<Linear>(d, n_heads_ * hd, false, device));
+  k_proj_ = register_module("k_proj", std::make_shared<Linear>(d, n_kv_heads_ * hd, false, device));
+  v_proj_ = register_module("v_proj", std::make_shared<Linear>(d, n_kv_heads_ * hd, false, device));
+  o_proj_ = register_module("o_proj", std::make_shared<Linear>(n_heads_ * hd, d, false, device));
+}
+
+namespace {
+// HF repeat_kv: [B, KV, T, hd] -> [B, KV*rep, T, hd], query head h reads kv head h / rep.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t rep) {
+  if (rep == 1) return x;
+  const int64_t b = x.size(0), kv = x.size(1), t = x.size(2), hd = x.size(3);
+  return x.unsqueeze(2).expand({b, kv, rep, t, hd}).reshape({b, kv * rep, t, hd});
+}
+}  // namespace
+
+at::Tensor LlamaAttention::forward(const at::Tensor& x, const RotaryTables& rope) {
+  at::Tensor q = apply_rotary(split_heads(q_proj_->forward(x), n_heads_), rope);
+  at::Tensor k = apply_rotary(split_heads(k_proj_->forward(x), n_kv_heads_), rope);
+  at::Tensor v = split_heads(v_proj_->forward(x), n_kv_heads_);
+  const int64_t rep = n_heads_ / n_kv_heads_;
+  at::Tensor y = attention(q, repeat_kv(k, rep), repeat_kv(v, rep), /*causal=*/true, dropout_,
+                           is_training());
+  return o_proj_->forward(merge_heads(y));
+}
+
+LlamaMLP::LlamaMLP(const ModelSpec& spec, c10::Device device) {
+  gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(spec.d_model, spec.d_ff, false, device));
+  up_proj_ = register_module("up_proj", std::make_shared<Linear>(spec.d_model, spec.d_ff, false, device));
+  down_proj_ = register_module("down_proj", std::make_shared<Linear>(spec.d_ff, spec.d_model, false, device));
+}
+
+at::Tensor LlamaMLP::forward(const at::Tensor& x) {
+  return down_proj_->forward(at::silu(gate_proj_->forward(x)) * up_proj_->forward(x));
+}
+
+LlamaDecoderLayer::LlamaDecoderLayer(const ModelSpec& spec, c10::Device device)
+    : torch::nn::Module(kTypeName), dropout_(spec.dropout) {
+  input_layernorm_ = register_module("input_layernorm", std::make_shared<RMSNorm>(spec.d_model, spec.norm_eps, device));
+  self_attn_ = register_module("self_attn", std::make_shared<LlamaAttention>(spec, device));
+  post_attention_layernorm_ = register_module(
+      "post_attention_layernorm", std::make_shared<RMSNorm>(spec.d_model, spec.norm_eps, device));
+  mlp_ = register_module("mlp", std::make_shared<LlamaMLP>(spec, device));
+}
+
+at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x, const RotaryTables& rope) {
+  return hooked([&] {
+    const bool train = is_training();
+    at::Tensor h = x + maybe_dropout(self_attn_->forward(input_layernorm_->forward(x), rope), dropout_, train);
+    return h + maybe_dropout(mlp_->forward(post_attention_layernorm_->forward(h)), dropout_, train);
+  });
+}
+
+LlamaBackbone::LlamaBackbone(const ModelSpec& spec, c10::Device device) {
+  embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(spec.vocab_size, spec.d_model, device));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < spec.n_layers; ++i) {
+    blocks.push_back(std::make_shared<LlamaDecoderLayer>(spec, device));
+    layers->push_back(blocks.back());
+  }
+  norm = register_module("norm", std::make_shared<RMSNorm>(spec.d_model, spec.norm_eps, device));
+}
+
+Llama::Llama(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spec)) {
+  model_ = register_module("model", std::make_shared<LlamaBackbone>(spec_, device));
+  if (!spec_.tie_embeddings)
+    lm_head_ = register_module("lm_head", std::make_shared<Linear>(spec_.d_model, spec_.vocab_size, false, device));
+}
+
+at::Tensor Llama::forward(const at::Tensor& input) {
+  return hooked([&] {
+    const int64_t t = input.size(1);
+    ST_USER_CHECK(t <= spec_.seq_len, "llama: sequence of ", t, " tokens exceeds seq_len ", spec_.seq_len);
+    // Recomputed per call on the input's device: O(T*hd), never a (meta) buffer.
+    const RotaryTables rope =
+        rotary_tables(t, spec_.d_model / spec_.n_heads, spec_.rope_theta, input.device());
+    at::Tensor x = maybe_dropout(model_->embed_tokens->forward(input), spec_.dropout, is_training());
+    for (const auto& block : model_->blocks) x = block->forward(x, rope);
+    x = model_->norm->forward(x);
+    return lm_head_ ? lm_head_->forward(x) : at::linear(x, model_->embed_tokens->weight());
+  });
+}
+
+ParamInit Llama::init_for(const std::string& name) const {
+  using K = ParamInit::Kind;
+  // HF LlamaPreTrainedModel: normal(0, initializer_range=0.02) for every matrix, ones for norms.
+  if (name.find("norm.weight") != std::string::npos) return {K::Ones, 0.0};
+  ST_CHECK(name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0,
+           "llama has no parameter named ", name);
+  return {K::Normal, 0.02};
+}
+
+int64_t Llama::parameter_count(const ModelSpec& s) {
+  const int64_t d = s.d_model, hd = s.d_model / s.n_heads, f = s.d_ff;
+  const int64_t attn = d * s.n_heads * hd * 2 + d * s.n_kv_heads * hd * 2;
+  const int64_t per_block = attn + 3 * d * f + 2 * d;
+  return s.vocab_size * d * (s.tie_embeddings ? 1 : 2) + s.n_layers * per_block + d;
+}
+
+double Llama::train_flops_per_token(int64_t seq_len) const {
+  // N excludes the embedding lookup; the LM head matrix (tied or not) is counted once.
+  const int64_t embedding = spec_.tie_embeddings ? 0 : spec_.vocab_size * spec_.d_model;
+  const double n = static_cast<double>(parameter_count(spec_) - embedding);
+  return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * seq_len);
+}
+
+}  // namespace shardtrain::model

@@ -1,0 +1,171 @@
+// Model-layer entry points: build_model, spec resolution and presets, parameter counts,
+// deterministic initialisation and the default cross-entropy loss.
+#include "shardtrain/model/model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <map>
+
+#include "shardtrain/model/gpt2.h"
+#include "shardtrain/model/llama.h"
+#include "shardtrain/model/vit.h"
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::model {
+
+at::Tensor Model::loss(const at::Tensor& input, const at::Tensor& targets) {
+  at::Tensor logits = forward(input);
+  // fp32 softmax whatever the compute dtype; [B, T, V] flattens to [B*T, V].
+  logits = logits.to(at::kFloat);
+  if (logits.dim() == 3) return at::cross_entropy_loss(logits.flatten(0, 1), targets.flatten());
+  return at::cross_entropy_loss(logits, targets);
+}
+
+ModelSpec resolve_spec(const ModelSpec& spec) {
+  ModelSpec s = spec;
+  ST_USER_CHECK(s.arch == "gpt2" || s.arch == "llama" || s.arch == "vit", "unknown model arch '",
+                s.arch, "' (expected gpt2, llama or vit)");
+  ST_USER_CHECK(s.d_model > 0 && s.n_layers > 0 && s.n_heads > 0, s.arch,
+                ": d_model, n_layers and n_heads must be positive");
+  ST_USER_CHECK(s.d_model % s.n_heads == 0, s.arch, ": d_model ", s.d_model,
+                " is not divisible by n_heads ", s.n_heads);
+  ST_USER_CHECK(s.dropout >= 0.0 && s.dropout < 1.0, s.arch, ": dropout must be in [0, 1)");
+  if (s.arch == "llama") {
+    if (s.n_kv_heads == 0) s.n_kv_heads = s.n_heads;
+    ST_USER_CHECK(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "llama: n_kv_heads ",
+                  s.n_kv_heads, " must divide n_heads ", s.n_heads);
+    ST_USER_CHECK((s.d_model / s.n_heads) % 2 == 0, "llama: rotary embeddings need an even head_dim");
+    // SwiGLU keeps the parameter count of a 4d MLP: 2/3 of 4d, rounded up to 64.
+    if (s.d_ff == 0) s.d_ff = ((8 * s.d_model + 2) / 3 + 63) / 64 * 64;
+  } else {
+    ST_USER_CHECK(s.n_kv_heads == 0 || s.n_kv_heads == s.n_heads, s.arch,
+                  " has no grouped-query attention (n_kv_heads must be 0 or n_heads)");
+    s.n_kv_heads = s.n_heads;
+    if (s.d_ff == 0) s.d_ff = 4 * s.d_model;
+  }
+  if (s.arch == "vit") {
+    ST_USER_CHECK(s.patch_size > 0 && s.image_size % s.patch_size == 0, "vit: patch_size ",
+                  s.patch_size, " does not tile image_size ", s.image_size);
+    ST_USER_CHECK(s.channels > 0 && s.num_classes > 0, "vit: channels and num_classes must be positive");
+  } else {
+    ST_USER_CHECK(s.vocab_size > 0 && s.seq_len > 0, s.arch, ": vocab_size and seq_len must be positive");
+  }
+  ST_USER_CHECK(s.d_ff > 0, s.arch, ": d_ff must be positive");
+  return s;
+}
+
+namespace {
+ModelSpec gpt2_preset(int64_t layers, int64_t d, int64_t heads) {
+  ModelSpec s;
+  s.arch = "gpt2";
+  s.vocab_size = 50257;
+  s.seq_len = 1024;
+  s.n_layers = layers;
+  s.d_model = d;
+  s.n_heads = heads;
+  return s;
+}
+
+const std::map<std::string, ModelSpec>& presets() {
+  static const std::map<std::string, ModelSpec> table = [] {
+    std::map<std::string, ModelSpec> t;
+    t["gpt2-124m"] = gpt2_preset(12, 768, 12);
+    t["gpt2-355m"] = gpt2_preset(24, 1024, 16);
+    t["gpt2-774m"] = gpt2_preset(36, 1280, 20);
+    t["gpt2-1.5b"] = gpt2_preset(48, 1600, 25);
+    ModelSpec llama;
+    llama.arch = "llama";
+    llama.vocab_size = 32000;
+    llama.seq_len = 2048;
+    llama.d_model = 4096;
+    llama.n_layers = 32;
+    llama.n_heads = 32;
+    llama.d_ff = 11008;
+    llama.norm_eps = 1e-6;
+    llama.tie_embeddings = false;
+    t["llama-7b"] = llama;
+    ModelSpec vit;
+    vit.arch = "vit";
+    vit.image_size = 28;
+    vit.patch_size = 7;
+    vit.channels = 1;
+    vit.num_classes = 10;
+    vit.d_model = 192;
+    vit.n_layers = 6;
+    vit.n_heads = 3;
+    vit.norm_eps = 1e-6;
+    t["vit-mnist"] = vit;
+    return t;
+  }();
+  return table;
+}
+}  // namespace
+
+ModelSpec preset_spec(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end()) {
+    std::string known;
+    for (const auto& entry : presets()) known += (known.empty() ? "" : ", ") + entry.first;
+    throw UserError("unknown model preset '" + name + "' (known: " + known + ")");
+  }
+  return it->second;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : presets()) names.push_back(entry.first);
+  return names;
+}
+
+int64_t parameter_count(const ModelSpec& spec) {
+  const ModelSpec s = resolve_spec(spec);
+  if (s.arch == "gpt2") return GPT2::parameter_count(s);
+  if (s.arch == "llama") return Llama::parameter_count(s);
+  return ViT::parameter_count(s);
+}
+
+std::shared_ptr<Model> build_model(const ModelSpec& spec, at::Device device) {
+  const ModelSpec s = resolve_spec(spec);
+  std::shared_ptr<Model> model;
+  if (s.arch == "gpt2") model = std::make_shared<GPT2>(s, device);
+  else if (s.arch == "llama") model = std::make_shared<Llama>(s, device);
+  else model = std::make_shared<ViT>(s, device);
+  if (!device.is_meta()) init_parameters(*model, /*run_seed=*/0);
+  return model;
+}
+
+uint64_t param_seed(uint64_t run_seed, const std::string& name) {
+  // FNV-1a over the name, then a splitmix64 finaliser mixing in the run seed.
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  uint64_t z = h ^ (run_seed + 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void init_parameter(at::Tensor& param, const ParamInit& rule, uint64_t seed) {
+  at::NoGradGuard no_grad;
+  if (param.is_meta()) return;
+  using K = ParamInit::Kind;
+  // Drawn on the CPU in fp32 and copied, so values are identical on every device and dtype.
+  at::Tensor values = at::empty(param.sizes(), at::TensorOptions().dtype(at::kFloat));
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  switch (rule.kind) {
+    case K::Normal: values.normal_(0.0, rule.scale, gen); break;
+    case K::Uniform: values.uniform_(-rule.scale, rule.scale, gen); break;
+    case K::Zeros: values.zero_(); break;
+    case K::Ones: values.fill_(1.0); break;
+  }
+  param.copy_(values);
+}
+
+void init_parameters(Model& model, uint64_t run_seed) {
+  for (auto& item : model.named_parameters()) {
+    at::Tensor& p = item.value();
+    init_parameter(p, model.init_for(item.key()), param_seed(run_seed, item.key()));
+  }
+}
+
+}  // namespace shardtrain::model

@@ -1,0 +1,126 @@
+// ViT: Vision Transformer classifier with timm parameter names, see vit.h.
+#include "shardtrain/model/vit.h"
+
+#include <ATen/ATen.h>
+
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::model {
+
+PatchProjection::PatchProjection(int64_t channels, int64_t patch, int64_t d_model, c10::Device device)
+    : patch_(patch) {
+  add_param(*this, "weight", {d_model, channels, patch, patch}, device);
+  add_param(*this, "bias", {d_model}, device);
+}
+
+at::Tensor PatchProjection::forward(const at::Tensor& images) const {
+  const int64_t b = images.size(0), c = images.size(1), p = patch_;
+  const int64_t gh = images.size(2) / p, gw = images.size(3) / p;
+  // [B, C, gh, p, gw, p] -> [B, gh, gw, C, p, p]: each patch flattened in the weight's (C, p, p) order.
+  at::Tensor patches = images.reshape({b, c, gh, p, gw, p}).permute({0, 2, 4, 1, 3, 5}).reshape({b, gh * gw, c * p * p});
+  const at::Tensor& w = param("weight");
+  return at::linear(patches, w.reshape({w.size(0), -1}), param("bias"));
+}
+
+ViTAttention::ViTAttention(const ModelSpec& spec, c10::Device device)
+    : n_heads_(spec.n_heads), dropout_(spec.dropout) {
+  qkv_ = register_module("qkv", std::make_shared<Linear>(spec.d_model, 3 * spec.d_model, true, device));
+  proj_ = register_module("proj", std::make_shared<Linear>(spec.d_model, spec.d_model, true, device));
+}
+
+at::Tensor ViTAttention::forward(const at::Tensor& x) {
+  std::vector<at::Tensor> qkv = qkv_->forward(x).chunk(3, -1);
+  at::Tensor y = attention(split_heads(qkv[0], n_heads_), split_heads(qkv[1], n_heads_),
+                           split_heads(qkv[2], n_heads_), /*causal=*/false, dropout_, is_training());
+  return maybe_dropout(proj_->forward(merge_heads(y)), dropout_, is_training());
+}
+
+ViTMLP::ViTMLP(const ModelSpec& spec, c10::Device device) : dropout_(spec.dropout) {
+  fc1_ = register_module("fc1", std::make_shared<Linear>(spec.d_model, spec.d_ff, true, device));
+  fc2_ = register_module("fc2", std::make_shared<Linear>(spec.d_ff, spec.d_model, true, device));
+}
+
+at::Tensor ViTMLP::forward(const at::Tensor& x) {
+  return maybe_dropout(fc2_->forward(at::gelu(fc1_->forward(x))), dropout_, is_training());
+}
+
+ViTBlock::ViTBlock(const ModelSpec& spec, c10::Device device) : torch::nn::Module(kTypeName) {
+  norm1_ = register_module("norm1", std::make_shared<LayerNorm>(spec.d_model, spec.norm_eps, device));
+  attn_ = register_module("attn", std::make_shared<ViTAttention>(spec, device));
+  norm2_ = register_module("norm2", std::make_shared<LayerNorm>(spec.d_model, spec.norm_eps, device));
+  mlp_ = register_module("mlp", std::make_shared<ViTMLP>(spec, device));
+}
+
+at::Tensor ViTBlock::forward(const at::Tensor& x) {
+  return hooked([&] {
+    at::Tensor h = x + attn_->forward(norm1_->forward(x));
+    return h + mlp_->forward(norm2_->forward(h));
+  });
+}
+
+int64_t ViT::num_patches(const ModelSpec& s) {
+  return (s.image_size / s.patch_size) * (s.image_size / s.patch_size);
+}
+
+ViT::ViT(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spec)) {
+  const int64_t d = spec_.d_model;
+  add_param(*this, "cls_token", {1, 1, d}, device);
+  add_param(*this, "pos_embed", {1, num_patches(spec_) + 1, d}, device);
+  patch_embed_ = register_module("patch_embed", std::make_shared<torch::nn::Module>());
+  proj_ = patch_embed_->register_module(
+      "proj", std::make_shared<PatchProjection>(spec_.channels, spec_.patch_size, d, device));
+  blocks_list_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < spec_.n_layers; ++i) {
+    blocks_.push_back(std::make_shared<ViTBlock>(spec_, device));
+    blocks_list_->push_back(blocks_.back());
+  }
+  norm_ = register_module("norm", std::make_shared<LayerNorm>(d, spec_.norm_eps, device));
+  head_ = register_module("head", std::make_shared<Linear>(d, spec_.num_classes, true, device));
+}
+
+at::Tensor ViT::forward(const at::Tensor& input) {
+  return hooked([&] {
+    ST_USER_CHECK(input.dim() == 4 && input.size(1) == spec_.channels &&
+                      input.size(2) == spec_.image_size && input.size(3) == spec_.image_size,
+                  "vit: expected images [B, ", spec_.channels, ", ", spec_.image_size, ", ",
+                  spec_.image_size, "], got ", input.sizes());
+    const int64_t b = input.size(0);
+    at::Tensor x = proj_->forward(input.to(dict_param(*proj_, "weight").scalar_type()));
+    const at::Tensor& cls = dict_param(*this, "cls_token");
+    x = at::cat({cls.expand({b, 1, cls.size(2)}), x}, 1) + dict_param(*this, "pos_embed");
+    x = maybe_dropout(x, spec_.dropout, is_training());
+    for (const auto& block : blocks_) x = block->forward(x);
+    x = norm_->forward(x);
+    return head_->forward(x.select(1, 0));
+  });
+}
+
+ParamInit ViT::init_for(const std::string& name) const {
+  using K = ParamInit::Kind;
+  // HF ViT (initializer_range 0.02): every matrix, the class token and the positions
+  // normal(0, 0.02); biases zero; LayerNorm weights one.
+  auto ends = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends(".bias")) return {K::Zeros, 0.0};
+  if (name.find("norm") != std::string::npos) return {K::Ones, 0.0};
+  ST_CHECK(ends(".weight") || name == "cls_token" || name == "pos_embed", "vit has no parameter named ", name);
+  return {K::Normal, 0.02};
+}
+
+int64_t ViT::parameter_count(const ModelSpec& s) {
+  const int64_t d = s.d_model, f = s.d_ff;
+  const int64_t per_block = 4 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * f + f) + (f * d + d);
+  const int64_t embed = d * s.channels * s.patch_size * s.patch_size + d + d + (num_patches(s) + 1) * d;
+  return embed + s.n_layers * per_block + 2 * d + (d * s.num_classes + s.num_classes);
+}
+
+double ViT::train_flops_per_token(int64_t seq_len) const {
+  const int64_t tokens = seq_len > 0 ? seq_len : num_patches(spec_) + 1;
+  // N excludes the lookups (class token, positions); the head runs once per image, not
+  // per token, so this slightly overcounts for small token counts.
+  const double n = static_cast<double>(parameter_count(spec_) - (num_patches(spec_) + 2) * spec_.d_model);
+  return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * tokens);
+}
+
+}  // namespace shardtrain::model
