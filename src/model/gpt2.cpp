@@ -70,6 +70,7 @@ GPT2::GPT2(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spec)
 
 at::Tensor GPT2::forward(const at::Tensor& input) {
   return hooked([&] {
+    ST_USER_CHECK(input.dim() == 2, "gpt2: expected token ids [B, T], got ", input.sizes());
     const int64_t t = input.size(1);
     ST_USER_CHECK(t <= spec_.seq_len, "gpt2: sequence of ", t, " tokens exceeds n_positions ",
                   spec_.seq_len);

@@ -95,6 +95,7 @@ Llama::Llama(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spe
 
 at::Tensor Llama::forward(const at::Tensor& input) {
   return hooked([&] {
+    ST_USER_CHECK(input.dim() == 2, "llama: expected token ids [B, T], got ", input.sizes());
     const int64_t t = input.size(1);
     ST_USER_CHECK(t <= spec_.seq_len, "llama: sequence of ", t, " tokens exceeds seq_len ", spec_.seq_len);
     // Recomputed per call on the input's device: O(T*hd), never a (meta) buffer.

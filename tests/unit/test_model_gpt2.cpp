@@ -237,6 +237,7 @@ TEST(ModelGpt2, RejectsBadSpecs) {
   EXPECT_THROW(build_model(spec, at::kMeta), UserError);
   auto model = build_model(tiny_gpt2(), at::kCPU);
   EXPECT_THROW(model->forward(at::zeros({1, 13}, at::TensorOptions().dtype(at::kLong))), UserError);
+  EXPECT_THROW(model->forward(at::zeros({13}, at::TensorOptions().dtype(at::kLong))), UserError);
 }
 
 }  // namespace
