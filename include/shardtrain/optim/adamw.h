@@ -19,11 +19,13 @@ struct AdamWConfig {
 };
 
 // One AdamW step on n elements; step is 1-based (the bias corrections use beta^step). Per
-// element, exactly as torch (scalars computed in double, then rounded to float like torch does):
+// element, torch's update (per-step scalars computed in double, then rounded to float):
 //   p  *= 1 - lr*wd                                   (decayed elements only)
 //   m   = beta1*m + (1-beta1)*g
 //   v   = beta2*v + (1-beta2)*g*g
 //   p  -= lr/(1-beta1^step) * m / (sqrt(v)/sqrt(1-beta2^step) + eps)
+// The last line is evaluated with one division instead of torch's two (see adamw.cpp), so the
+// results agree with torch to a rounding (~1e-7 relative), not bit for bit.
 // Kokkos must be running (KokkosScope). The arrays must not overlap.
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                 const DecayMask& decay, const AdamWConfig& cfg, float lr, int64_t step);
