@@ -1,0 +1,87 @@
+// Engine: turns a module tree into FSDP units and runs the sharded forward/backward.
+#pragma once
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtrain/comm/comm.h"
+#include "shardtrain/fsdp/flat_param.h"
+#include "shardtrain/fsdp/options.h"
+
+namespace shardtrain::fsdp {
+
+// Fills a full, fp32 parameter (its logical shape) for a qualified name. Called once per
+// parameter, one unit at a time, with the same values whatever the world size.
+using InitFn = std::function<void(const std::string& name, at::Tensor& full_fp32)>;
+
+// The communicators a strategy uses. shard: the FSDP group over which parameters are
+// sharded (nullptr = 1 rank, nothing sharded); replicate: the group across which the
+// gradient shards are averaged after the last micro-batch (nullptr = none); world: all
+// data-parallel ranks (for ignored parameters). shard_rs, if given, runs the gradient
+// reduce-scatters on its own thread so they overlap the prefetch all-gathers.
+struct EngineComms {
+  comm::Comm* shard = nullptr;
+  comm::Comm* shard_rs = nullptr;
+  comm::Comm* replicate = nullptr;
+  comm::Comm* world = nullptr;
+};
+
+struct Unit;  // defined in src/fsdp/unit.h
+
+// Bytes by category on this rank, from the engine's own bookkeeping.
+struct MemoryStats {
+  int64_t master_bytes = 0;         // fp32 parameter shards (incl. ignored, kept whole)
+  int64_t grad_bytes = 0;           // fp32 gradient shards
+  int64_t live_unsharded_bytes = 0; // unsharded parameter buffers allocated now
+  int64_t peak_unsharded_bytes = 0; // their peak since reset_peaks()
+  int64_t live_grad_buffer_bytes = 0;  // unsharded gradient buffers allocated now
+  int64_t peak_grad_buffer_bytes = 0;
+  int max_all_gathers_in_flight = 0;
+};
+
+class Engine {
+ public:
+  // root must derive from fsdp::Hookable (it becomes the root unit); its parameters may
+  // be on the meta device. Collective over the comms' groups: every rank wraps the same
+  // model with the same options.
+  Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, const InitFn& init);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Before each micro-batch's forward: is this backward the last of the accumulation
+  // window (then gradient shards are averaged across replicas at its end)?
+  void set_last_micro_batch(bool last);
+  // Zeroes the gradient shards (start of an accumulation window).
+  void zero_grad();
+  // Global L2 norm of the gradient over the whole model, correct across shards, replicas
+  // and ignored parameters; scales gradients by min(1, max_norm/(norm+1e-6)) when
+  // max_norm > 0. Collective. Returns the norm before clipping.
+  double clip_grad_norm(double max_norm);
+  // After the optimizer changed the masters: the next forward re-gathers everything.
+  void mark_params_updated();
+
+  // Every flat parameter this rank holds (units' in order, then the ignored group).
+  std::vector<FlatParam*> flat_params();
+  const EngineOptions& options() const { return opts_; }
+  int num_units() const;
+  // Names of the modules that became units, in wrap order (root first).
+  std::vector<std::string> unit_names() const;
+  // Unsharded parameter bytes currently allocated by unit i (0 when resharded).
+  int64_t unit_live_bytes(int i) const;
+  MemoryStats memory() const;
+  void reset_peaks();
+
+  // Internal, used by the hooks in src/fsdp.
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  EngineOptions opts_;
+};
+
+}  // namespace shardtrain::fsdp

@@ -1,0 +1,47 @@
+// FSDP engine options: strategy, mixed precision, wrap policy, prefetch, recomputation.
+#pragma once
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardtrain::fsdp {
+
+// Names follow PyTorch so users recognise them (docs/fsdp.md has the table).
+enum class Strategy { FullShard, ShardGradOp, NoShard, HybridShard, HybridShardZero2 };
+enum class BackwardPrefetch { Pre, Post, None };
+
+Strategy parse_strategy(const std::string& s);        // "full_shard", ... (UserError otherwise)
+const char* to_string(Strategy s);
+BackwardPrefetch parse_backward_prefetch(const std::string& s);
+at::ScalarType parse_dtype(const std::string& s);     // "fp32" | "bf16" | "fp16"
+const char* dtype_name(at::ScalarType t);
+bool is_hybrid(Strategy s);
+// Whether a unit's parameters are freed right after its forward (ZeRO-3) or kept until
+// its backward ends (ZeRO-2).
+bool reshards_after_forward(Strategy s);
+
+struct MixedPrecision {
+  at::ScalarType param_dtype = at::kFloat;   // compute dtype of unsharded parameters
+  at::ScalarType reduce_dtype = at::kFloat;  // dtype in which gradients are reduced
+  at::ScalarType buffer_dtype = at::kFloat;  // dtype of module buffers (none in our models yet)
+  std::vector<std::string> keep_fp32;        // parameter-name substrings kept in fp32
+};
+
+struct EngineOptions {
+  Strategy strategy = Strategy::FullShard;
+  MixedPrecision mp;
+  // Wrap policy: modules whose Module::name() is listed become units; with
+  // min_num_params > 0, any hookable module whose not-yet-wrapped parameters reach
+  // that count does too (bottom-up, like PyTorch's size-based policy).
+  std::vector<std::string> wrap_types;
+  int64_t min_num_params = 0;
+  std::vector<std::string> ignored;          // parameter-name substrings kept whole, DDP-style
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::Pre;
+  bool forward_prefetch = false;
+  int limit_all_gathers = 2;                 // unshards in flight at once
+  bool activation_checkpointing = false;     // recompute each block unit in backward
+};
+
+}  // namespace shardtrain::fsdp
