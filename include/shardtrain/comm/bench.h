@@ -1,0 +1,46 @@
+// The collectives benchmark behind `shardtrain bench collectives` (nccl-tests-style table).
+#pragma once
+#include <c10/core/ScalarType.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace shardtrain::comm {
+
+struct CollectivesBenchOptions {
+  std::string op = "all";  // all_gather | reduce_scatter | all_reduce | all
+  int64_t min_bytes = 1024;
+  int64_t max_bytes = 64ll << 20;
+  std::string dtype = "fp32";  // fp32 | fp64 | bf16 | fp16
+  int iters = 20;
+  int warmup = 5;
+};
+
+// One measured row: our Comm (MPI backend) against the raw MPI call on the same buffers.
+struct CollectivesBenchRow {
+  std::string op;
+  int64_t bytes = 0;  // total bytes (see the table header)
+  int64_t count = 0;  // total elements
+  double time_us = 0, algbw = 0, busbw = 0;
+  double raw_time_us = 0, raw_busbw = 0;
+  double efficiency = 0;  // raw time / our time (== our busbw / raw busbw)
+};
+
+// Collective over comm. Sizes double from min_bytes to max_bytes. Each iteration is timed
+// between barriers; the time of an iteration is the maximum across ranks, and a row
+// reports the median over iterations (ours and raw interleaved, iteration by iteration,
+// so that noise from other processes hits both alike). Rank 0 prints the table to `out`
+// (other ranks print nothing) and every rank gets the rows.
+std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
+                                                       const CollectivesBenchOptions& opts,
+                                                       std::ostream& out);
+
+// "4096", "1K", "64M", "1G" (powers of 1024) -> bytes; throws UserError otherwise.
+int64_t parse_byte_size(const std::string& text);
+// "fp32"/"float32", "fp64"/"float64", "bf16"/"bfloat16", "fp16"/"float16"; throws UserError.
+at::ScalarType parse_float_dtype(const std::string& text);
+
+}  // namespace shardtrain::comm

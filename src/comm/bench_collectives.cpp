@@ -1,0 +1,179 @@
+// Collectives benchmark: our MPI-backend Comm vs the raw MPI call, nccl-tests columns.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <functional>
+#include <ostream>
+
+#include "internal.h"
+#include "mpi_types.h"
+#include "shardtrain/comm/bench.h"
+#include "shardtrain/comm/comm.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
+#include "shardtrain/util/timer.h"
+
+namespace shardtrain::comm {
+namespace {
+
+using detail::concat;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Seconds of one call, the slowest rank's (all ranks start after a barrier).
+double timed(MPI_Comm comm, const std::function<void()>& fn) {
+  ST_MPI_CHECK(MPI_Barrier(comm));
+  const double t0 = now_seconds();
+  fn();
+  double dt = now_seconds() - t0, worst = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return worst;
+}
+
+}  // namespace
+
+int64_t parse_byte_size(const std::string& text) {
+  std::string s = text;
+  int64_t mult = 1;
+  if (!s.empty()) {
+    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
+    if (c == 'B') { s.pop_back(); c = s.empty() ? 0 : static_cast<char>(std::toupper(static_cast<unsigned char>(s.back()))); }
+    if (c == 'K') mult = 1ll << 10;
+    if (c == 'M') mult = 1ll << 20;
+    if (c == 'G') mult = 1ll << 30;
+    if (mult != 1) s.pop_back();
+  }
+  size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(s, &used);
+  } catch (...) {
+    used = 0;
+  }
+  ST_USER_CHECK(used == s.size() && !s.empty() && v >= 0, "bad size '", text,
+                "': expected a byte count like 4096, 1K, 64M or 1G");
+  return v * mult;
+}
+
+at::ScalarType parse_float_dtype(const std::string& t) {
+  if (t == "fp32" || t == "float32" || t == "float") return at::kFloat;
+  if (t == "fp64" || t == "float64" || t == "double") return at::kDouble;
+  if (t == "bf16" || t == "bfloat16") return at::kBFloat16;
+  if (t == "fp16" || t == "float16" || t == "half") return at::kHalf;
+  throw UserError("unknown dtype '" + t + "': expected fp32, fp64, bf16 or fp16");
+}
+
+std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
+                                                       const CollectivesBenchOptions& o,
+                                                       std::ostream& out) {
+  const at::ScalarType dtype = parse_float_dtype(o.dtype);
+  std::vector<std::string> ops;
+  if (o.op == "all") ops = {"all_gather", "reduce_scatter", "all_reduce"};
+  else ops = {o.op};
+  for (auto& op : ops)
+    ST_USER_CHECK(op == "all_gather" || op == "reduce_scatter" || op == "all_reduce",
+                  "unknown --op '", op, "': expected all_gather, reduce_scatter, all_reduce or all");
+  ST_USER_CHECK(o.min_bytes > 0 && o.min_bytes <= o.max_bytes, "need 0 < --min-bytes <= --max-bytes");
+  ST_USER_CHECK(o.iters >= 1 && o.warmup >= 0, "need --iters >= 1 and --warmup >= 0");
+
+  int rank = 0, n = 1;
+  ST_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  ST_MPI_CHECK(MPI_Comm_size(comm, &n));
+  MPI_Comm raw = MPI_COMM_NULL;
+  ST_MPI_CHECK(MPI_Comm_dup(comm, &raw));
+  CommOptions copts;
+  copts.timeout_s = 600;
+  auto ours = make_mpi_comm(comm, "bench", copts);
+  const int64_t esize = c10::elementSize(dtype);
+  const MPI_Datatype mt = detail::mpi_datatype(dtype);
+  const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
+  const MPI_Op sum = half ? detail::half_mpi_op(dtype, ReduceOp::Sum) : MPI_SUM;
+  const std::string tname = detail::dtype_name(dtype);
+
+  std::vector<CollectivesBenchRow> rows;
+  char line[320];
+  if (rank == 0) {
+    out << "# shardtrain bench collectives: " << n << " ranks, dtype " << tname << ", backend mpi, "
+        << o.iters << " iters (median over iterations of the slowest rank), warmup " << o.warmup << "\n"
+        << "# size = total bytes: n x per-rank bytes for all_gather/reduce_scatter (as nccl-tests), "
+           "the buffer for all_reduce\n"
+        << "# algbw = size/time (GB/s = 1e9 B/s); busbw = algbw * (n-1)/n for all_gather and "
+           "reduce_scatter, * 2(n-1)/n for all_reduce\n"
+        << "# raw = the plain MPI call on the same buffers (MPI_Allgather, MPI_Reduce_scatter_block, "
+           "MPI_Allreduce; half types use a user MPI_Op)\n"
+        << "# efficiency = raw time / our time (= our busbw / raw busbw)\n";
+    std::snprintf(line, sizeof line, "%-15s %12s %12s %-9s %10s %9s %9s %10s %9s %10s\n", "# op",
+                  "size(B)", "count(el)", "type", "time_us", "algbw", "busbw", "raw_us",
+                  "raw_busbw", "efficiency");
+    out << line << std::flush;
+  }
+  for (const std::string& op : ops) {
+    const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
+    for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
+      // Whole elements per rank; all_reduce needs only whole elements.
+      int64_t per_rank = op == "all_reduce" ? bytes / esize : bytes / (esize * n);
+      if (per_rank == 0) continue;
+      const int64_t count = op == "all_reduce" ? per_rank : per_rank * n;
+      auto opts = at::TensorOptions().dtype(dtype);
+      at::Tensor big = at::zeros({count}, opts);                       // gathered / input of RS
+      at::Tensor small = at::zeros({op == "all_reduce" ? 0 : per_rank}, opts);
+      std::function<void()> mine, plain;
+      const int c = static_cast<int>(per_rank);
+      if (op == "all_gather") {
+        mine = [&] { ours->all_gather(big, small)->wait(); };
+        plain = [&] {
+          ST_MPI_CHECK(MPI_Allgather(small.data_ptr(), c, mt, big.data_ptr(), c, mt, raw));
+        };
+      } else if (op == "reduce_scatter") {
+        mine = [&] { ours->reduce_scatter(small, big, ReduceOp::Sum)->wait(); };
+        plain = [&] {
+          ST_MPI_CHECK(MPI_Reduce_scatter_block(big.data_ptr(), small.data_ptr(), c, mt, sum, raw));
+        };
+      } else {
+        mine = [&] { ours->all_reduce(big, ReduceOp::Sum)->wait(); };
+        plain = [&] {
+          ST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, big.data_ptr(), c, mt, sum, raw));
+        };
+      }
+      for (int i = 0; i < o.warmup; ++i) {
+        timed(comm, mine);
+        timed(comm, plain);
+      }
+      std::vector<double> t_ours, t_raw;
+      for (int i = 0; i < o.iters; ++i) {
+        t_ours.push_back(timed(comm, mine));
+        t_raw.push_back(timed(comm, plain));
+      }
+      CollectivesBenchRow r;
+      r.op = op;
+      r.bytes = count * esize;
+      r.count = count;
+      r.time_us = 1e6 * median(t_ours);
+      r.raw_time_us = 1e6 * median(t_raw);
+      r.algbw = r.bytes / (r.time_us * 1e3);
+      r.busbw = r.algbw * factor;
+      r.raw_busbw = r.bytes / (r.raw_time_us * 1e3) * factor;
+      r.efficiency = r.raw_time_us / r.time_us;
+      rows.push_back(r);
+      if (rank == 0) {
+        std::snprintf(line, sizeof line,
+                      "%-15s %12lld %12lld %-9s %10.1f %9.3f %9.3f %10.1f %9.3f %10.3f\n",
+                      op.c_str(), static_cast<long long>(r.bytes), static_cast<long long>(r.count),
+                      tname.c_str(), r.time_us, r.algbw, r.busbw, r.raw_time_us, r.raw_busbw,
+                      r.efficiency);
+        out << line << std::flush;
+      }
+    }
+  }
+  ours.reset();
+  ST_MPI_CHECK(MPI_Comm_free(&raw));
+  return rows;
+}
+
+}  // namespace shardtrain::comm

@@ -1,0 +1,10 @@
+# Comm layer tests: MPI backend collectives, errors, hybrid meshes, NCCL without a GPU.
+foreach(t collectives errors mesh nccl)
+  add_executable(test_comm_${t} ${CMAKE_CURRENT_LIST_DIR}/test_comm_${t}.cpp)
+  target_link_libraries(test_comm_${t} PRIVATE shardtrain_mpi_gtest shardtrain::comm)
+  shardtrain_torch_pch(test_comm_${t})
+endforeach()
+add_mpi_test(NAME comm_collectives TARGET test_comm_collectives NP 1 2 3 4 LABELS comm TIMEOUT 600)
+add_mpi_test(NAME comm_errors TARGET test_comm_errors NP 1 2 3 4 LABELS comm TIMEOUT 120)
+add_mpi_test(NAME comm_mesh TARGET test_comm_mesh NP 1 2 3 4 LABELS comm TIMEOUT 120)
+add_mpi_test(NAME comm_nccl TARGET test_comm_nccl NP 1 2 LABELS comm TIMEOUT 120)
