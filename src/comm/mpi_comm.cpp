@@ -28,9 +28,16 @@ using namespace detail;
 // It keeps the tensors alive until the collective has run.
 class MpiWork final : public Work {
  public:
-  MpiWork(uint64_t seq, std::vector<at::Tensor> keep) : Work(seq), keep_(std::move(keep)) {}
+  MpiWork(uint64_t seq, std::vector<at::Tensor> keep, std::weak_ptr<SerialWorker> worker)
+      : Work(seq), keep_(std::move(keep)), worker_(std::move(worker)) {}
+
+  void set_task(uint64_t id) { task_ = id; }
 
   void wait() override {
+    if (!done_.load(std::memory_order_acquire)) {
+      // Run it here if it is next in line: saves two thread wake-ups (see SerialWorker).
+      if (auto w = worker_.lock()) w->run_if_next(task_);
+    }
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return done_.load(std::memory_order_acquire); });
     if (error_) std::rethrow_exception(error_);
@@ -53,6 +60,8 @@ class MpiWork final : public Work {
   std::atomic<bool> done_{false};
   std::exception_ptr error_;
   std::vector<at::Tensor> keep_;
+  std::weak_ptr<SerialWorker> worker_;
+  uint64_t task_ = 0;
 };
 
 template <typename T, typename A>
@@ -78,12 +87,13 @@ class MpiComm final : public Comm, public Watched {
     ST_MPI_CHECK(MPI_Comm_set_errhandler(query_, MPI_ERRORS_RETURN));
     ST_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     ST_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-    worker_ = std::make_unique<SerialWorker>();
+    worker_ = std::make_shared<SerialWorker>();
     watchdog_add(this, query_);
   }
 
   ~MpiComm() override {
-    worker_.reset();  // drains the queue: outstanding collectives complete first
+    worker_->shutdown();  // drains the queue: outstanding collectives complete first
+    worker_.reset();
     watchdog_remove(this);
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -212,8 +222,8 @@ class MpiComm final : public Comm, public Watched {
     const uint64_t seq = issued_.load() + 1;
     std::string dname = dtype == at::ScalarType::Undefined ? "-" : dtype_name(dtype);
     recorder_.issued(seq, op, numel, dname, now_seconds());
-    auto work = std::make_shared<MpiWork>(seq, std::move(keep));
-    worker_->post([this, seq, work, fn = std::move(fn), op, numel, dname] {
+    auto work = std::make_shared<MpiWork>(seq, std::move(keep), worker_);
+    const uint64_t task = worker_->post([this, seq, work, fn = std::move(fn), op, numel, dname] {
       const double t0 = now_seconds();
       {
         std::lock_guard<std::mutex> l(current_mu_);
@@ -235,6 +245,7 @@ class MpiComm final : public Comm, public Watched {
       recorder_.finished(seq, now_seconds());
       work->finish(err);
     });
+    work->set_task(task);
     issued_.store(seq);
     return work;
   }
@@ -257,7 +268,7 @@ class MpiComm final : public Comm, public Watched {
   std::mutex current_mu_;
   Current current_;
   Scratch scratch_;  // worker thread only
-  std::unique_ptr<SerialWorker> worker_;
+  std::shared_ptr<SerialWorker> worker_;
 };
 
 }  // namespace
