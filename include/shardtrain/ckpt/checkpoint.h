@@ -1,0 +1,77 @@
+// save_checkpoint / load_checkpoint / verify_checkpoint: one parallel-HDF5 file per checkpoint.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/ckpt/snapshot.h"
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/fsdp/sharded_optimizer.h"
+
+namespace shardtrain::ckpt {
+
+// Everything besides parameters and optimizer state that a resumed run needs. Must be the
+// same on every rank when saving (rank 0's copy is written); every rank gets it on load.
+struct TrainState {
+  int64_t step = 0;
+  int64_t tokens_seen = 0;
+  int64_t lr_step = 0;                // LR schedule position
+  std::vector<int64_t> data_cursor;   // sampler position(s)
+  std::vector<uint8_t> rng_state;     // serialized generator state(s)
+  std::string extra_json = "{}";      // anything else, as a JSON object (loss scale, ...)
+};
+
+// Descriptive metadata written to the root attributes (not needed to load).
+struct CheckpointInfo {
+  std::string deck_text;        // the resolved deck
+  std::string model_spec_json;  // the model spec as JSON
+  std::string strategy;         // e.g. "hybrid_shard"
+  int shard_group_size = 1, replicate_size = 1;
+};
+
+struct SaveOptions {
+  // Hybrid / no_shard: ranks holding the same shard each write 1/R of it (true) or only
+  // the first of them writes it all (false). bench_ckpt compares both.
+  bool split_replicas = true;
+  // Write `path.tmp`, then rename (the atomic commit). False writes `path` directly.
+  bool atomic = true;
+};
+
+struct IoStats {
+  double seconds = 0;
+  int64_t bytes = 0;  // parameter + optimizer bytes in the file (the whole model)
+};
+
+// Collective over `world` (every rank of the engine's groups). Writes path.tmp with
+// MPI-IO collective transfers, closes it on all ranks, then rank 0 renames it to `path`
+// and fsyncs the directory. Throws on every rank if it fails anywhere it can detect.
+IoStats save_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
+                        const TrainState& state, const CheckpointInfo& info, MPI_Comm world,
+                        const SaveOptions& opts = {});
+// The same from a snapshot (views or staged copies); what the async writer calls.
+IoStats save_snapshot(const std::string& path, const Snapshot& snap, const TrainState& state,
+                      const CheckpointInfo& info, MPI_Comm world, const SaveOptions& opts = {});
+
+// Collective. Reads this rank's slices of every parameter and state of the engine's
+// current layout (any world size / strategy wrote the file), after validating format,
+// shapes, dtypes and the digests; then marks parameters updated. A bad file ends every
+// rank with one UserError naming the file and dataset; nothing is modified in that case
+// except (for digest failures found after reading) the shards, which are then garbage.
+IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
+                        TrainState& state, MPI_Comm world);
+
+// Collective. Structure and every dataset's digest (the ranks split the reading).
+// UserError naming the file and the first bad dataset.
+void verify_checkpoint(const std::string& path, MPI_Comm world);
+
+// The root attributes, read by one process (no MPI-IO). UserError if not a checkpoint.
+struct CheckpointMeta {
+  int64_t version = 0, step = 0, tokens_seen = 0, world_size = 0, shard_group_size = 0, replicate_size = 0;
+  std::string strategy, created, library_versions, model_spec_json, deck_text, optimizer;
+  int64_t optimizer_steps = 0;
+};
+CheckpointMeta read_checkpoint_meta(const std::string& path);
+
+}  // namespace shardtrain::ckpt

@@ -1,0 +1,44 @@
+// Snapshot: what a rank contributes to a checkpoint, as views of the live shards or host copies.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/fsdp/sharded_optimizer.h"
+
+namespace shardtrain::ckpt {
+
+struct SlotView {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0, numel = 0;  // in the unsharded flat buffer
+};
+
+// One FlatParam as the checkpoint sees it: its layout and this rank's shard
+// [shard_begin, shard_begin + shard_numel) of the padded flat buffer.
+struct FlatView {
+  std::vector<SlotView> slots;
+  int64_t numel = 0, padded = 0, shard_numel = 0, shard_begin = 0;
+  int shard_rank = 0, shard_size = 1;
+  float* master = nullptr;          // shard_numel floats
+  std::vector<float*> states;       // one per optimizer state, shard_numel floats each
+};
+
+struct Snapshot {
+  std::vector<FlatView> flats;
+  std::string optimizer;                 // "adamw" | "sgd"
+  std::vector<std::string> state_names;  // e.g. exp_avg, exp_avg_sq
+  int64_t optimizer_steps = 0;
+  std::vector<std::vector<float>> owned; // host copies when staged
+};
+
+// Views into the engine's masters and the optimizer's state (no copy). Loading writes
+// through these pointers.
+Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt);
+// Host copies of the same (for background writes while training continues).
+Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt);
+// Bytes of parameter and state data the snapshot's datasets hold in the file (whole model).
+int64_t snapshot_file_bytes(const Snapshot& s);
+
+}  // namespace shardtrain::ckpt

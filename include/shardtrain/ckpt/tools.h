@@ -1,0 +1,40 @@
+// Offline tools on checkpoint files: inspect, consolidate, safetensors export/import.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "shardtrain/fsdp/engine.h"
+
+namespace shardtrain::ckpt {
+
+// Prints metadata and every dataset (path, shape, dtype, bytes). One process.
+void inspect_checkpoint(const std::string& path, std::ostream& out);
+// A serial copy of the whole checkpoint (plain sec2 file, contiguous datasets), after
+// verifying its digests. One process.
+void consolidate_checkpoint(const std::string& path, const std::string& out_path);
+// The /model datasets as a safetensors file (F32, names as in the model, which are the
+// Hugging Face names for GPT-2). Digests are checked while reading. One process.
+void export_safetensors(const std::string& path, const std::string& out_path);
+
+// One tensor of a safetensors header.
+struct SafetensorsEntry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  int64_t begin = 0, end = 0;  // byte offsets in the file (absolute, header included)
+};
+// Parses and validates the header (length, JSON, offsets inside the file, sizes that match
+// shapes and dtypes). UserError naming the file on any problem.
+std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path);
+
+// Collective over world: every rank reads only its shards' slices (by file offset) of
+// every parameter of the engine from a safetensors file (F32). Missing tensors or wrong
+// shapes are a UserError on every rank; "lm_head.weight" is skipped when the model has no
+// such parameter (GPT-2 ties it to the token embedding); other extras are listed in a
+// warning. Marks parameters updated.
+void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm world);
+
+}  // namespace shardtrain::ckpt

@@ -1,0 +1,160 @@
+// load_checkpoint: validate everything, read this rank's shard slices collectively, check digests.
+#include <algorithm>
+#include <cstring>
+
+#include "file_checks.h"
+#include "plan.h"
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/format.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/mpi_check.h"
+#include "shardtrain/util/timer.h"
+
+namespace shardtrain::ckpt {
+namespace {
+
+template <typename T>
+std::vector<T> read_small(hid_t file, const std::string& path, const std::string& dpath, Elem elem, hid_t dxpl) {
+  DatasetCheck c = check_dataset(file, path, dpath, elem, nullptr);
+  if (c.shape.size() != 1 || c.numel > (int64_t{1} << 30))
+    throw UserError(path + ": dataset /" + dpath + ": must be 1-D with at most 2^30 elements, is " + shape_str(c.shape));
+  H5Id d(ST_H5_CHECK(H5Dopen2(file, dpath.c_str(), H5P_DEFAULT)), H5Dclose);
+  H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
+  std::vector<T> v(static_cast<size_t>(c.numel));
+  Piece p{0, c.numel, 0};
+  select_piece(fs, c.shape, p);
+  H5Id ms(piece_mem_space(p), H5Sclose);
+  if (!v.empty()) ST_H5_CHECK(H5Dread(d, elem_mem_type(elem), ms, fs, dxpl, v.data()));
+  Digest dg;
+  dg.add(v.data(), c.numel, sizeof(T), 0);
+  if (dg != c.stored) throw UserError(path + ": dataset /" + dpath + ": checksum mismatch (the data is corrupt)");
+  return v;
+}
+
+}  // namespace
+
+IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
+                        TrainState& state, MPI_Comm world) {
+  Timer timer;
+  Snapshot snap = view_snapshot(engine, opt);
+  std::vector<ParamPlan> plan = make_plan(snap, world, /*split=*/true);
+  const size_t ns = snap.state_names.size();
+  H5Id file;
+  std::vector<Digest> stored(plan.size() * (1 + ns));
+  int64_t opt_steps = 0;
+
+  // 1. Everything checked before a single value is read into the engine.
+  runtime::run_agreed(world, [&] { file_errors_are_user_errors(path, [&] {
+    file = open_checkpoint(path, world);
+    std::vector<std::string> want;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      stored[i * (1 + ns)] = check_dataset(file, path, model_path(plan[i].name), Elem::F32, &plan[i].shape).stored;
+      want.push_back(plan[i].name);
+    }
+    std::sort(want.begin(), want.end());
+    for (const std::string& n : list_links(file, kModelGroup))
+      if (!std::binary_search(want.begin(), want.end(), n))
+        throw UserError(path + ": dataset /" + model_path(n) +
+                        " is not a parameter of this model (a checkpoint of another model?)");
+    if (!link_exists(file, kOptimGroup)) throw UserError(path + ": group /optim is missing");
+    H5Id og(ST_H5_CHECK(H5Gopen2(file, kOptimGroup, H5P_DEFAULT)), H5Gclose);
+    std::string name = read_attr_string(og, "name", path + ": group /optim");
+    if (name != snap.optimizer)
+      throw UserError(path + ": written with optimizer '" + name + "', this run uses '" + snap.optimizer + "'");
+    opt_steps = read_attr_int64(og, "steps_taken", path + ": group /optim");
+    if (opt_steps < 0) throw UserError(path + ": group /optim: negative steps_taken");
+    for (size_t i = 0; i < plan.size(); ++i)
+      for (size_t k = 0; k < ns; ++k)
+        stored[i * (1 + ns) + 1 + k] =
+            check_dataset(file, path, optim_path(snap.state_names[k], plan[i].name), Elem::F32, &plan[i].shape).stored;
+    for (auto [name, elem] : {std::pair<const char*, Elem>{"data_cursor", Elem::I64}, {"rng_state", Elem::U8}}) {
+      const std::string dpath = std::string(kTrainGroup) + "/" + name;
+      DatasetCheck c = check_dataset(file, path, dpath, elem, nullptr);
+      if (c.shape.size() != 1 || c.numel > (int64_t{1} << 30))
+        throw UserError(path + ": dataset /" + dpath + ": must be 1-D with at most 2^30 elements, is " + shape_str(c.shape));
+    }
+  }); });
+
+  // 2. Collective reads of each rank's shard slices; digests over each rank's share.
+  std::vector<uint64_t> local(2 * stored.size(), 0), total(local.size(), 0);
+  runtime::run_agreed(world, [&] { file_errors_are_user_errors(path, [&] {
+    H5Id dxpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
+    ST_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const ParamPlan& p = plan[i];
+      const FlatView& v = snap.flats[p.flat];
+      for (size_t k = 0; k <= ns; ++k) {
+        std::string dpath = k == 0 ? model_path(p.name) : optim_path(snap.state_names[k - 1], p.name);
+        float* base = k == 0 ? v.master : v.states[k - 1];
+        H5Id d(ST_H5_CHECK(H5Dopen2(file, dpath.c_str(), H5P_DEFAULT)), H5Dclose);
+        H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
+        select_piece(fs, p.shape, p.shard);
+        H5Id ms(piece_mem_space(p.shard), H5Sclose);
+        if (shape_numel(p.shape) > 0) ST_H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, base + p.shard.shard_offset));
+        Digest dg;
+        if (p.own.numel()) dg.add(base + p.own.shard_offset, p.own.numel(), 4, p.own.lo);
+        size_t j = i * (1 + ns) + k;
+        local[2 * j] = dg.sum;
+        local[2 * j + 1] = dg.weighted;
+      }
+    }
+    std::string tg = kTrainGroup;
+    state.data_cursor = read_small<int64_t>(file, path, tg + "/data_cursor", Elem::I64, dxpl);
+    state.rng_state = read_small<uint8_t>(file, path, tg + "/rng_state", Elem::U8, dxpl);
+    H5Id g(ST_H5_CHECK(H5Gopen2(file, kTrainGroup, H5P_DEFAULT)), H5Gclose);
+    const std::string what = path + ": group /train";
+    state.step = read_attr_int64(g, "step", what);
+    state.tokens_seen = read_attr_int64(g, "tokens_seen", what);
+    state.lr_step = read_attr_int64(g, "lr_step", what);
+    state.extra_json = read_attr_string(g, "extra", what);
+  }); });
+  ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
+  runtime::run_agreed(world, [&] {
+    for (size_t i = 0; i < plan.size(); ++i)
+      for (size_t k = 0; k <= ns; ++k) {
+        size_t j = i * (1 + ns) + k;
+        if (total[2 * j] != stored[j].sum || total[2 * j + 1] != stored[j].weighted)
+          throw UserError(path + ": dataset /" +
+                          (k == 0 ? model_path(plan[i].name) : optim_path(snap.state_names[k - 1], plan[i].name)) +
+                          ": checksum mismatch (the data is corrupt)");
+      }
+  });
+  file.close();
+
+  // Padding past the last parameter is not in the file: zero, as the engine initialises it.
+  for (FlatView& v : snap.flats) {
+    int64_t first_pad = std::clamp<int64_t>(v.numel - v.shard_begin, 0, v.shard_numel);
+    int64_t n = v.shard_numel - first_pad;
+    if (n <= 0) continue;
+    std::memset(v.master + first_pad, 0, static_cast<size_t>(n) * 4);
+    for (float* s : v.states) std::memset(s + first_pad, 0, static_cast<size_t>(n) * 4);
+  }
+  opt.set_steps_taken(opt_steps);
+  engine.mark_params_updated();
+  return IoStats{timer.seconds(), snapshot_file_bytes(snap)};
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  H5Id file = open_checkpoint(path, MPI_COMM_NULL);
+  const std::string what = "checkpoint " + path;
+  CheckpointMeta m;
+  m.version = read_attr_int64(file, "version", what);
+  m.step = read_attr_int64(file, "step", what);
+  m.tokens_seen = read_attr_int64(file, "tokens_seen", what);
+  m.world_size = read_attr_int64(file, "world_size", what);
+  m.shard_group_size = read_attr_int64(file, "shard_group_size", what);
+  m.replicate_size = read_attr_int64(file, "replicate_size", what);
+  m.strategy = read_attr_string(file, "strategy", what);
+  m.created = read_attr_string(file, "created", what);
+  m.library_versions = read_attr_string(file, "library_versions", what);
+  m.model_spec_json = read_attr_string(file, "model_spec", what);
+  m.deck_text = read_attr_string(file, "deck", what);
+  if (link_exists(file, kOptimGroup)) {
+    H5Id og(ST_H5_CHECK(H5Gopen2(file, kOptimGroup, H5P_DEFAULT)), H5Gclose);
+    m.optimizer = read_attr_string(og, "name", what + ": group /optim");
+    m.optimizer_steps = read_attr_int64(og, "steps_taken", what + ": group /optim");
+  }
+  return m;
+}
+
+}  // namespace shardtrain::ckpt

@@ -1,0 +1,159 @@
+// inspect_checkpoint, consolidate_checkpoint, export_safetensors: one-process file tools.
+#include "shardtrain/ckpt/tools.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+
+#include "file_checks.h"
+#include "plan.h"
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/format.h"
+
+namespace shardtrain::ckpt {
+namespace {
+
+struct Entry {
+  std::string path;
+  DatasetCheck check;
+};
+
+// Every dataset of the checkpoint with its validated shape (same order as verify).
+std::vector<Entry> list_datasets(hid_t file, const std::string& path) {
+  std::vector<Entry> out;
+  for (const auto& n : list_links(file, kModelGroup))
+    out.push_back({model_path(n), check_dataset(file, path, model_path(n), Elem::F32, nullptr)});
+  for (const auto& s : list_links(file, kOptimGroup))
+    for (const auto& n : list_links(file, std::string(kOptimGroup) + "/" + s))
+      out.push_back({optim_path(s, n), check_dataset(file, path, optim_path(s, n), Elem::F32, nullptr)});
+  for (auto [name, elem] : {std::pair<const char*, Elem>{"data_cursor", Elem::I64}, {"rng_state", Elem::U8}}) {
+    std::string p = std::string(kTrainGroup) + "/" + name;
+    out.push_back({p, check_dataset(file, path, p, elem, nullptr)});
+  }
+  return out;
+}
+
+// Reads a whole dataset (serial) and checks its digest.
+std::vector<unsigned char> read_whole(hid_t file, const std::string& path, const Entry& e) {
+  H5Id d(ST_H5_CHECK(H5Dopen2(file, e.path.c_str(), H5P_DEFAULT)), H5Dclose);
+  std::vector<unsigned char> buf(static_cast<size_t>(std::max<int64_t>(e.check.numel, 1) * elem_bytes(e.check.elem)));
+  if (e.check.numel > 0) ST_H5_CHECK(H5Dread(d, elem_mem_type(e.check.elem), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()));
+  Digest dg;
+  dg.add(buf.data(), e.check.numel, elem_bytes(e.check.elem), 0);
+  if (dg != e.check.stored) throw UserError(path + ": dataset /" + e.path + ": checksum mismatch (the data is corrupt)");
+  buf.resize(static_cast<size_t>(e.check.numel * elem_bytes(e.check.elem)));
+  return buf;
+}
+
+std::string human_bytes(double b) {
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (b >= 1024 && i < 4) { b /= 1024; ++i; }
+  char s[32];
+  std::snprintf(s, sizeof s, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+  return s;
+}
+
+}  // namespace
+
+void inspect_checkpoint(const std::string& path, std::ostream& out) {
+  CheckpointMeta m = read_checkpoint_meta(path);
+  H5Id file = open_checkpoint(path, MPI_COMM_NULL);
+  std::vector<Entry> all;
+  file_errors_are_user_errors(path, [&] { all = list_datasets(file, path); });
+  out << path << ": " << kFormatName << " v" << m.version << "\n"
+      << "  step " << m.step << ", tokens seen " << m.tokens_seen << ", created " << m.created << "\n"
+      << "  written by " << m.world_size << " ranks: strategy " << m.strategy << ", shard group " << m.shard_group_size
+      << ", replicate " << m.replicate_size << "\n"
+      << "  optimizer " << m.optimizer << ", steps taken " << m.optimizer_steps << "\n"
+      << "  " << m.library_versions << "\n"
+      << "  model spec " << m.model_spec_json << "\n";
+  int64_t params = 0, bytes = 0;
+  for (const Entry& e : all) {
+    bytes += e.check.numel * elem_bytes(e.check.elem);
+    if (e.path.rfind(kModelGroup, 0) == 0) params += e.check.numel;
+  }
+  out << "  " << params << " parameters, " << all.size() << " datasets, " << human_bytes(static_cast<double>(bytes))
+      << " of data\n\n";
+  for (const Entry& e : all)
+    out << "  /" << std::left << std::setw(60) << e.path << " " << std::setw(8) << elem_name(e.check.elem) << " "
+        << std::setw(16) << shape_str(e.check.shape) << " "
+        << human_bytes(static_cast<double>(e.check.numel * elem_bytes(e.check.elem))) << "\n";
+  if (!m.deck_text.empty()) out << "\n  deck (" << m.deck_text.size() << " bytes): see attribute /deck\n";
+}
+
+namespace {
+herr_t copy_attr(hid_t loc, const char* name, const H5A_info_t*, void* dst) {
+  // Attributes are small: read raw with the file type and write it back unchanged.
+  hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+  if (a < 0) return -1;
+  hid_t t = H5Aget_type(a), s = H5Aget_space(a);
+  std::vector<unsigned char> buf(H5Tget_size(t) * static_cast<size_t>(std::max<hssize_t>(1, H5Sget_simple_extent_npoints(s))));
+  herr_t rc = H5Aread(a, t, buf.data());
+  hid_t b = rc < 0 ? -1 : H5Acreate2(*static_cast<hid_t*>(dst), name, t, s, H5P_DEFAULT, H5P_DEFAULT);
+  if (b >= 0) { rc = H5Awrite(b, t, buf.data()); H5Aclose(b); } else rc = -1;
+  H5Sclose(s); H5Tclose(t); H5Aclose(a);
+  return rc;
+}
+}  // namespace
+
+void consolidate_checkpoint(const std::string& path, const std::string& out_path) {
+  H5Id file = open_checkpoint(path, MPI_COMM_NULL);
+  file_errors_are_user_errors(path, [&] {
+    for (const Entry& e : list_datasets(file, path)) read_whole(file, path, e);  // digests
+  });
+  H5Id fcpl(ST_H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+  ST_H5_CHECK(H5Pset_attr_phase_change(fcpl, 0, 0));
+  H5Id fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  ST_H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST));
+  const std::string tmp = out_path + ".tmp";
+  hid_t o = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
+  if (o < 0) throw UserError("cannot create " + tmp);
+  H5Id out(o, H5Fclose);
+  hid_t out_id = out.get();
+  ST_H5_CHECK(H5Aiterate2(file, H5_INDEX_NAME, H5_ITER_INC, nullptr, copy_attr, &out_id));
+  for (const char* g : {kModelGroup, kOptimGroup, kTrainGroup})
+    ST_H5_CHECK(H5Ocopy(file, g, out, g, H5P_DEFAULT, H5P_DEFAULT));
+  out.close();
+  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) throw UserError("cannot rename " + tmp + " to " + out_path);
+}
+
+void export_safetensors(const std::string& path, const std::string& out_path) {
+  H5Id file = open_checkpoint(path, MPI_COMM_NULL);
+  std::vector<Entry> params;
+  file_errors_are_user_errors(path, [&] {
+    for (const auto& n : list_links(file, kModelGroup))
+      params.push_back({model_path(n), check_dataset(file, path, model_path(n), Elem::F32, nullptr)});
+  });
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}, {"source", path}};
+  int64_t offset = 0;
+  for (const Entry& e : params) {
+    int64_t n = e.check.numel * 4;
+    header[e.path.substr(std::string(kModelGroup).size() + 1)] = {
+        {"dtype", "F32"}, {"shape", e.check.shape}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned, as safetensors writes it
+  const std::string tmp = out_path + ".tmp";
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) throw UserError("cannot create " + tmp);
+  uint64_t hlen = h.size();
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(hlen >> (8 * i));
+  out.write(reinterpret_cast<const char*>(le), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  file_errors_are_user_errors(path, [&] {
+    for (const Entry& e : params) {
+      std::vector<unsigned char> data = read_whole(file, path, e);
+      out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    }
+  });
+  out.close();
+  if (!out) throw UserError("cannot write " + tmp);
+  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) throw UserError("cannot rename " + tmp + " to " + out_path);
+}
+
+}  // namespace shardtrain::ckpt
