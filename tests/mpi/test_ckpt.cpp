@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "ckpt_test_util.h"
+#include "test_ckpt_util.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/manager.h"
 #include "shardtrain/optim/kokkos_scope.h"

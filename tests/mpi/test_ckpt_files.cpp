@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "ckpt_test_util.h"
+#include "test_ckpt_util.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/tools.h"

@@ -1,0 +1,65 @@
+// `shardtrain ckpt inspect|verify|consolidate|export`: offline tools for checkpoint files.
+#include <iostream>
+#include <memory>
+
+#include "command.h"
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/tools.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::cli {
+namespace {
+
+struct CkptArgs {
+  std::string file, out, format = "safetensors";
+};
+
+// Serial tools run on rank 0; run_agreed makes every rank end with rank 0's error.
+int on_rank0(runtime::Runtime& rt, const std::function<void()>& fn) {
+  runtime::run_agreed(rt.world(), [&] {
+    if (rt.rank() == 0) fn();
+  });
+  return kExitOk;
+}
+
+void add_ckpt(CLI::App& app, CommandFn& selected) {
+  auto* ck = app.add_subcommand("ckpt", "Inspect, verify, consolidate or export checkpoint files");
+  ck->require_subcommand(1);
+  auto a = std::make_shared<CkptArgs>();
+
+  auto* inspect = ck->add_subcommand("inspect", "Print metadata, tensors and sizes of a checkpoint");
+  inspect->add_option("FILE", a->file, "checkpoint (.h5)")->required();
+  inspect->callback([&selected, a] {
+    selected = [a](runtime::Runtime& rt) { return on_rank0(rt, [&] { ckpt::inspect_checkpoint(a->file, std::cout); }); };
+  });
+
+  auto* verify = ck->add_subcommand("verify", "Check completeness and every dataset's checksum (exit 0 ok, 2 bad)");
+  verify->add_option("FILE", a->file, "checkpoint (.h5)")->required();
+  verify->callback([&selected, a] {
+    selected = [a](runtime::Runtime& rt) {
+      ckpt::verify_checkpoint(a->file, rt.world());  // ranks split the reading
+      if (rt.rank() == 0) std::cout << a->file << ": OK\n";
+      return kExitOk;
+    };
+  });
+
+  auto* cons = ck->add_subcommand("consolidate", "Write a serial copy of a checkpoint (after verifying it)");
+  cons->add_option("FILE", a->file, "checkpoint (.h5)")->required();
+  cons->add_option("OUT", a->out, "output .h5")->required();
+  cons->callback([&selected, a] {
+    selected = [a](runtime::Runtime& rt) { return on_rank0(rt, [&] { ckpt::consolidate_checkpoint(a->file, a->out); }); };
+  });
+
+  auto* exp = ck->add_subcommand("export", "Write the model parameters in another format");
+  exp->add_option("FILE", a->file, "checkpoint (.h5)")->required();
+  exp->add_option("OUT", a->out, "output file")->required();
+  exp->add_option("--format", a->format, "output format")->check(CLI::IsMember({"safetensors"}));
+  exp->callback([&selected, a] {
+    selected = [a](runtime::Runtime& rt) { return on_rank0(rt, [&] { ckpt::export_safetensors(a->file, a->out); }); };
+  });
+}
+
+}  // namespace
+ST_REGISTER_COMMAND(ckpt, add_ckpt);
+}  // namespace shardtrain::cli
