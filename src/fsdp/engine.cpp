@@ -18,6 +18,7 @@
 #include "recompute.h"
 #include "shardtrain/fsdp/forward_hook.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/timer.h"
 
 namespace shardtrain::fsdp {
 namespace {
@@ -63,7 +64,7 @@ struct Unit {
 };
 
 struct PendingReduce {
-  FlatParam* fp;
+  FlatParam* fp = nullptr;
   comm::WorkPtr work;
   at::Tensor out, in;
 };
@@ -90,9 +91,17 @@ struct Engine::Impl {
     stats.peak_unsharded_bytes = std::max(stats.peak_unsharded_bytes, live);
   }
 
+  // Time the training thread spends blocked on collectives: the communication that
+  // computation did not hide.
+  void wait_timed(comm::Work& w) {
+    double t0 = now_seconds();
+    w.wait();
+    stats.exposed_comm_seconds += now_seconds() - t0;
+  }
+
   void wait_gather(FlatParam& fp) {
     if (fp.state != FlatParam::State::Gathering) return;
-    fp.gather_work->wait();
+    wait_timed(*fp.gather_work);
     fp.gather_work.reset();
     fp.state = FlatParam::State::Unsharded;
     inflight.erase(std::remove(inflight.begin(), inflight.end(), &fp), inflight.end());
@@ -228,14 +237,36 @@ struct Engine::Impl {
     u.full_grads[i] = at::Tensor();
     if (!full_grad.defined()) return;  // accumulated in place
     at::Tensor in = full_grad.scalar_type() == opts.mp.reduce_dtype ? full_grad : full_grad.to(opts.mp.reduce_dtype);
-    stats.live_grad_buffer_bytes -= fp.full_bytes();
+    full_grad = at::Tensor();
     if (fp.shard_size == 1) {
       fp.grad_shard.add_(in);
+      stats.live_grad_buffer_bytes -= fp.full_bytes();
       return;
     }
     at::Tensor out = at::empty({fp.shard_numel}, in.options());
     comm::Comm* c = u.shard_rs ? u.shard_rs : u.shard;
     pending.push_back({&fp, c->reduce_scatter(out, in, comm::ReduceOp::Avg), out, in});
+    // Unsharded gradient buffers live until their reduce-scatter is done: retire the
+    // finished ones now, and wait for the oldest beyond a few, so backward holds a
+    // bounded number of them instead of the whole model's.
+    retire_reductions(kMaxPendingReductions);
+  }
+
+  static constexpr size_t kMaxPendingReductions = 2;
+
+  void retire(PendingReduce& p) {
+    wait_timed(*p.work);
+    p.fp->grad_shard.add_(p.out);
+    stats.live_grad_buffer_bytes -= p.fp->full_bytes();
+    p = PendingReduce{};
+  }
+
+  // Retires completed reductions in issue order, and more until at most `keep` remain.
+  void retire_reductions(size_t keep) {
+    size_t done = 0;
+    while (done < pending.size() && (pending.size() - done > keep || pending[done].work->is_completed()))
+      retire(pending[done++]);
+    pending.erase(pending.begin(), pending.begin() + done);
   }
 
   void finish_unit(Unit& u) {
@@ -252,11 +283,7 @@ struct Engine::Impl {
   void end_backward() {
     // Units whose parameters did not all receive gradients (unused this step).
     for (auto& u : units) finish_unit(*u);
-    for (auto& p : pending) {
-      p.work->wait();
-      p.fp->grad_shard.add_(p.out);
-    }
-    pending.clear();
+    retire_reductions(0);
     if (last_micro) {
       std::vector<comm::WorkPtr> works;
       for (auto& u : units) {
@@ -264,7 +291,7 @@ struct Engine::Impl {
         if (!c || c->size() == 1) continue;
         for (auto& fp : u->flats) works.push_back(c->all_reduce(fp->grad_shard, comm::ReduceOp::Avg));
       }
-      for (auto& w : works) w->wait();
+      for (auto& w : works) wait_timed(*w);
     }
     for (auto& u : units) {
       if (u->reshard_after_backward && !u->is_ignored) reshard(*u);
@@ -530,7 +557,7 @@ double Engine::clip_grad_norm(double max_norm) {
     }
   if (impl_->comms.shard && impl_->comms.shard->size() > 1) {
     at::Tensor t = at::full({1}, sharded, at::kDouble);
-    impl_->comms.shard->all_reduce(t, comm::ReduceOp::Sum)->wait();
+    impl_->wait_timed(*impl_->comms.shard->all_reduce(t, comm::ReduceOp::Sum));
     sharded = t.item<double>();
   }
   double norm = std::sqrt(sharded + whole);

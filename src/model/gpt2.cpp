@@ -45,8 +45,9 @@ GPT2Block::GPT2Block(const ModelSpec& spec, c10::Device device) : torch::nn::Mod
   mlp_ = register_module("mlp", std::make_shared<GPT2MLP>(spec, device));
 }
 
-at::Tensor GPT2Block::forward(const at::Tensor& x) {
-  return hooked([&] {
+at::Tensor GPT2Block::forward(const at::Tensor& input) {
+  // The body captures only `this`: the engine may re-run it in backward (recomputation).
+  return hooked(input, [this](const at::Tensor& x) {
     at::Tensor h = x + attn_->forward(ln_1_->forward(x));
     return h + mlp_->forward(ln_2_->forward(h));
   });
@@ -68,8 +69,8 @@ GPT2::GPT2(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spec)
   transformer_ = register_module("transformer", std::make_shared<GPT2Transformer>(spec_, device));
 }
 
-at::Tensor GPT2::forward(const at::Tensor& input) {
-  return hooked([&] {
+at::Tensor GPT2::forward(const at::Tensor& tokens) {
+  return hooked(tokens, [this](const at::Tensor& input) {
     ST_USER_CHECK(input.dim() == 2, "gpt2: expected token ids [B, T], got ", input.sizes());
     const int64_t t = input.size(1);
     ST_USER_CHECK(t <= spec_.seq_len, "gpt2: sequence of ", t, " tokens exceeds n_positions ",

@@ -69,8 +69,10 @@ LlamaDecoderLayer::LlamaDecoderLayer(const ModelSpec& spec, c10::Device device)
   mlp_ = register_module("mlp", std::make_shared<LlamaMLP>(spec, device));
 }
 
-at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x, const RotaryTables& rope) {
-  return hooked([&] {
+at::Tensor LlamaDecoderLayer::forward(const at::Tensor& input, const RotaryTables& rope) {
+  // The body owns copies of what it uses besides `this` (the rotary tables): the engine
+  // may re-run it in backward (recomputation), after this call has returned.
+  return hooked(input, [this, rope](const at::Tensor& x) {
     const bool train = is_training();
     at::Tensor h = x + maybe_dropout(self_attn_->forward(input_layernorm_->forward(x), rope), dropout_, train);
     return h + maybe_dropout(mlp_->forward(post_attention_layernorm_->forward(h)), dropout_, train);
@@ -93,8 +95,8 @@ Llama::Llama(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spe
     lm_head_ = register_module("lm_head", std::make_shared<Linear>(spec_.d_model, spec_.vocab_size, false, device));
 }
 
-at::Tensor Llama::forward(const at::Tensor& input) {
-  return hooked([&] {
+at::Tensor Llama::forward(const at::Tensor& tokens) {
+  return hooked(tokens, [this](const at::Tensor& input) {
     ST_USER_CHECK(input.dim() == 2, "llama: expected token ids [B, T], got ", input.sizes());
     const int64_t t = input.size(1);
     ST_USER_CHECK(t <= spec_.seq_len, "llama: sequence of ", t, " tokens exceeds seq_len ", spec_.seq_len);

@@ -51,8 +51,9 @@ ViTBlock::ViTBlock(const ModelSpec& spec, c10::Device device) : torch::nn::Modul
   mlp_ = register_module("mlp", std::make_shared<ViTMLP>(spec, device));
 }
 
-at::Tensor ViTBlock::forward(const at::Tensor& x) {
-  return hooked([&] {
+at::Tensor ViTBlock::forward(const at::Tensor& input) {
+  // The body captures only `this`: the engine may re-run it in backward (recomputation).
+  return hooked(input, [this](const at::Tensor& x) {
     at::Tensor h = x + attn_->forward(norm1_->forward(x));
     return h + mlp_->forward(norm2_->forward(h));
   });
@@ -78,8 +79,8 @@ ViT::ViT(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spec)) 
   head_ = register_module("head", std::make_shared<Linear>(d, spec_.num_classes, true, device));
 }
 
-at::Tensor ViT::forward(const at::Tensor& input) {
-  return hooked([&] {
+at::Tensor ViT::forward(const at::Tensor& images) {
+  return hooked(images, [this](const at::Tensor& input) {
     ST_USER_CHECK(input.dim() == 4 && input.size(1) == spec_.channels &&
                       input.size(2) == spec_.image_size && input.size(3) == spec_.image_size,
                   "vit: expected images [B, ", spec_.channels, ", ", spec_.image_size, ", ",

@@ -41,6 +41,7 @@ struct MemoryStats {
   int64_t live_grad_buffer_bytes = 0;  // unsharded gradient buffers allocated now
   int64_t peak_grad_buffer_bytes = 0;
   int max_all_gathers_in_flight = 0;
+  double exposed_comm_seconds = 0;  // training thread blocked on collectives, cumulative
 };
 
 class Engine {
