@@ -1,0 +1,47 @@
+// Training metrics: one console line and one JSONL record per logged step, plus the summary.
+#pragma once
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shardtrain::train {
+
+struct StepRecord {
+  int64_t step = 0;             // optimizer steps completed
+  int64_t max_steps = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  double items_per_s = 0;       // tokens/s for language models, samples/s for ViT
+  bool items_are_tokens = true;
+  double step_ms = 0;
+  double tflops = 0;            // achieved model TFLOP/s per rank
+  double mfu = 0;               // tflops / peak per rank
+  double comm_share = 0;        // exposed communication / step time
+  int64_t peak_mem_bytes = 0;   // max over ranks of the process peak RSS
+  int64_t tokens_seen = 0;
+};
+
+struct EvalRecord {
+  int64_t step = 0;
+  double val_loss = 0;
+  std::optional<double> val_acc;  // classification only
+};
+
+// Rank 0 only: the other ranks construct it with enabled = false and it does nothing.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& jsonl_path, bool enabled);
+  void log_step(const StepRecord& r);
+  void log_eval(const EvalRecord& r);
+  // Median step time excluding `warmup` first logged steps, throughput and losses.
+  void write_summary(const std::string& json_path, int warmup, double final_loss,
+                     std::optional<double> val_loss, std::optional<double> val_acc, bool items_are_tokens);
+
+ private:
+  bool enabled_;
+  std::ofstream out_;
+  std::vector<double> step_ms_, items_per_s_;
+};
+
+}  // namespace shardtrain::train

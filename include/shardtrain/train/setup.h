@@ -1,0 +1,31 @@
+// Deck -> typed settings for a training run: model spec, batch plan, engine and optimizer options.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "shardtrain/deck/deck.h"
+#include "shardtrain/fsdp/options.h"
+#include "shardtrain/fsdp/sharded_optimizer.h"
+#include "shardtrain/model/model.h"
+#include "shardtrain/optim/lr_schedule.h"
+
+namespace shardtrain::train {
+
+// Global batch = micro_batch x grad_accum x data-parallel ranks. Decks give any two of
+// them (or only micro_batch: grad_accum 1); the third is derived and all are checked.
+struct BatchPlan {
+  int64_t micro_batch = 1, grad_accum = 1, global_batch = 1;
+  int dp_ranks = 1;
+};
+BatchPlan plan_batches(const deck::Deck& d, int dp_ranks);
+
+// model.* keys over the preset (when model.preset is set, keys the deck sets override it).
+model::ModelSpec model_spec_from_deck(const deck::Deck& d);
+fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::Model& m);
+fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d);
+optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d);
+
+// Intra-op threads per rank: run.threads, or cores / ranks on this host (at least 1).
+int threads_per_rank(const deck::Deck& d, int local_size);
+
+}  // namespace shardtrain::train

@@ -1,0 +1,91 @@
+// MetricsLog: console lines for people, JSONL records for tools, summary.json at the end.
+#include "shardtrain/train/metrics.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::train {
+namespace {
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& jsonl_path, bool enabled) : enabled_(enabled) {
+  if (!enabled_) return;
+  out_.open(jsonl_path, std::ios::out | std::ios::app);
+  ST_USER_CHECK(out_.good(), "cannot write the metrics file '", jsonl_path, "'");
+}
+
+void MetricsLog::log_step(const StepRecord& r) {
+  if (!enabled_) return;
+  step_ms_.push_back(r.step_ms);
+  items_per_s_.push_back(r.items_per_s);
+  std::printf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %9.0f %s | %7.1f ms | %.3f TFLOP/s | "
+              "MFU %4.1f%% | comm %3.0f%% | mem %.2f GiB\n",
+              static_cast<long long>(r.step), static_cast<long long>(r.max_steps), r.loss, r.lr, r.grad_norm,
+              r.items_per_s, r.items_are_tokens ? "tok/s" : "img/s", r.step_ms, r.tflops, 100 * r.mfu,
+              100 * r.comm_share, r.peak_mem_bytes / 1073741824.0);
+  std::fflush(stdout);
+  nlohmann::json j = {{"step", r.step},
+                      {"loss", r.loss},
+                      {"lr", r.lr},
+                      {"grad_norm", r.grad_norm},
+                      {r.items_are_tokens ? "tokens_per_s" : "samples_per_s", r.items_per_s},
+                      {"step_ms", r.step_ms},
+                      {"tflops", r.tflops},
+                      {"mfu", r.mfu},
+                      {"comm_share", r.comm_share},
+                      {"peak_mem_bytes", r.peak_mem_bytes},
+                      {"tokens_seen", r.tokens_seen}};
+  if (!r.items_are_tokens) j["tokens_per_s"] = r.items_per_s;  // the key tools expect; here: samples
+  out_ << j.dump() << "\n";
+  out_.flush();
+}
+
+void MetricsLog::log_eval(const EvalRecord& r) {
+  if (!enabled_) return;
+  nlohmann::json j = {{"step", r.step}, {"val_loss", r.val_loss}, {"val_ppl", std::exp(std::min(r.val_loss, 50.0))}};
+  std::string acc;
+  if (r.val_acc) {
+    j["val_acc"] = *r.val_acc;
+    acc = " | val acc " + std::to_string(100 * *r.val_acc).substr(0, 5) + "%";
+  }
+  std::printf("eval %6lld | val loss %.4f | val ppl %.2f%s\n", static_cast<long long>(r.step), r.val_loss,
+              std::exp(std::min(r.val_loss, 50.0)), acc.c_str());
+  std::fflush(stdout);
+  out_ << j.dump() << "\n";
+  out_.flush();
+}
+
+void MetricsLog::write_summary(const std::string& json_path, int warmup, double final_loss,
+                               std::optional<double> val_loss, std::optional<double> val_acc, bool items_are_tokens) {
+  if (!enabled_) return;
+  std::vector<double> ms(step_ms_.begin() + std::min<size_t>(warmup, step_ms_.size()), step_ms_.end());
+  std::vector<double> ips(items_per_s_.begin() + std::min<size_t>(warmup, items_per_s_.size()), items_per_s_.end());
+  if (ms.empty()) ms = step_ms_, ips = items_per_s_;
+  nlohmann::json j = {{"logged_steps", step_ms_.size()},
+                      {"median_step_ms", median(ms)},
+                      {items_are_tokens ? "tokens_per_s" : "samples_per_s", median(ips)},
+                      {"final_loss", final_loss}};
+  if (val_loss) j["val_loss"] = *val_loss;
+  if (val_acc) j["val_acc"] = *val_acc;
+  std::ofstream f(json_path);
+  f << j.dump(2) << "\n";
+  std::printf("summary: median step %.1f ms (after %d warm-up logs), %.0f %s, final loss %.4f", median(ms), warmup,
+              median(ips), items_are_tokens ? "tok/s" : "img/s", final_loss);
+  if (val_loss) std::printf(", val loss %.4f", *val_loss);
+  if (val_acc) std::printf(", val acc %.2f%%", 100 * *val_acc);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+}  // namespace shardtrain::train

@@ -1,0 +1,266 @@
+// run_training: topology -> mesh -> comms -> sharded model -> data -> the step loop.
+#include "shardtrain/train/trainer.h"
+
+#include <ATen/Parallel.h>
+#include <sys/stat.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "data_source.h"
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/fsdp/sharded_optimizer.h"
+#include "shardtrain/fsdp/strategy_comms.h"
+#include "shardtrain/optim/kokkos_scope.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/device_mesh.h"
+#include "shardtrain/runtime/topology.h"
+#include "shardtrain/train/metrics.h"
+#include "shardtrain/train/peak_flops.h"
+#include "shardtrain/train/setup.h"
+#include "shardtrain/train/signals.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/log.h"
+#include "shardtrain/util/memory.h"
+#include "shardtrain/util/mpi_check.h"
+#include "shardtrain/util/timer.h"
+
+namespace shardtrain::train {
+namespace {
+
+void make_dirs(const std::string& path) {
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!cur.empty()) {
+        struct stat st {};
+        if (stat(cur.c_str(), &st) != 0) {
+          ST_USER_CHECK(mkdir(cur.c_str(), 0755) == 0 || errno == EEXIST, "cannot create directory '", cur, "'");
+        } else {
+          ST_USER_CHECK(S_ISDIR(st.st_mode), "'", cur, "' exists and is not a directory");
+        }
+      }
+    }
+    if (i < path.size()) cur += path[i];
+  }
+}
+
+double allreduce(double v, MPI_Op op, MPI_Comm c) {
+  double out = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, op, c));
+  return out;
+}
+
+struct EvalResult {
+  double loss = 0;
+  std::optional<double> acc;
+};
+
+// Mean loss (and accuracy) over the validation batches, every rank its own part.
+EvalResult evaluate(model::Model& m, const DataSource& data, int64_t max_batches, int micro_batches, MPI_Comm world) {
+  torch::autograd::AutoGradMode no_grad(false);
+  int64_t n = data.val_batches();
+  if (max_batches > 0) n = std::min(n, max_batches);
+  double sums[3] = {0, 0, 0};  // loss x items, items, correct
+  for (int64_t i = 0; i < n; ++i) {
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      Batch b = data.val_batch(i, mb);
+      at::Tensor logits = m.forward(b.inputs).to(at::kFloat);
+      at::Tensor flat = logits.reshape({-1, logits.size(-1)});
+      at::Tensor tgt = b.targets.reshape({-1});
+      sums[0] += at::cross_entropy_loss(flat, tgt).item<double>() * tgt.numel();
+      sums[1] += static_cast<double>(tgt.numel());
+      if (data.classification()) sums[2] += flat.argmax(-1).eq(tgt).sum().item<double>();
+    }
+  }
+  double tot[3];
+  ST_MPI_CHECK(MPI_Allreduce(sums, tot, 3, MPI_DOUBLE, MPI_SUM, world));
+  EvalResult r;
+  if (tot[1] == 0) return r;
+  r.loss = tot[0] / tot[1];
+  if (data.classification()) r.acc = tot[2] / tot[1];
+  return r;
+}
+
+}  // namespace
+
+int run_training(runtime::Runtime& rt, const deck::Deck& d) {
+  MPI_Comm world = rt.world();
+  optim::KokkosScope kokkos;
+  install_stop_signal_handlers();
+
+  // ---- topology, mesh, threads -------------------------------------------------------
+  runtime::Topology topo;
+  std::unique_ptr<runtime::DeviceMesh> mesh;
+  runtime::run_agreed(world, [&] {
+    topo = runtime::discover_topology(world, static_cast<int>(d.get_int("parallel.simulate_ranks_per_host")));
+  });
+  const fsdp::Strategy strategy = fsdp::parse_strategy(d.get_string("parallel.strategy"));
+  runtime::run_agreed(world, [&] {
+    mesh = std::make_unique<runtime::DeviceMesh>(world, topo, static_cast<int>(d.get_int("parallel.shard_group_size")));
+  });
+  const int threads = threads_per_rank(d, topo.local_size);
+  at::set_num_threads(threads);
+
+  // ---- settings ----------------------------------------------------------------------
+  model::ModelSpec spec;
+  BatchPlan plan;
+  optim::LrSchedule schedule;
+  fsdp::OptimizerConfig opt_cfg;
+  std::string out_dir;
+  runtime::run_agreed(world, [&] {
+    spec = model_spec_from_deck(d);
+    plan = plan_batches(d, rt.size());
+    schedule = lr_schedule_from_deck(d);
+    opt_cfg = optimizer_config_from_deck(d);
+    out_dir = d.out_dir();
+  });
+  const int64_t max_steps = d.get_int("train.max_steps"), max_tokens = d.get_int("train.max_tokens");
+  const int64_t log_every = d.get_int("log.every"), val_every = d.get_int("train.val_every");
+  const uint64_t seed = static_cast<uint64_t>(d.get_int("run.seed"));
+
+  if (rt.rank() == 0) {
+    log::info("# shardtrain train: resolved deck (" + d.source() + ")");
+    log::info(d.resolved_toml());
+  }
+  runtime::run_agreed(world, [&] {
+    if (rt.rank() == 0) {
+      make_dirs(out_dir);
+      std::ofstream f(out_dir + "/deck.resolved.toml");
+      ST_USER_CHECK(f.good(), "cannot write '", out_dir, "/deck.resolved.toml'");
+      f << d.resolved_toml();
+    }
+  });
+
+  // ---- data --------------------------------------------------------------------------
+  data::SamplerConfig scfg;
+  scfg.global_batch = plan.global_batch;
+  scfg.micro_batches = static_cast<int>(plan.grad_accum);
+  scfg.seed = seed;
+  scfg.rank = rt.rank();
+  scfg.world = rt.size();
+  std::unique_ptr<DataSource> data;
+  runtime::run_agreed(world, [&] { data = open_data(d.get_string("data.dataset"), spec, scfg, spec.seq_len); });
+
+  // ---- model and engine --------------------------------------------------------------
+  comm::CommOptions copts;
+  copts.timeout_s = d.get_float("comm.timeout_s");
+  copts.flight_recorder_entries = static_cast<int>(d.get_int("comm.flight_recorder"));
+  fsdp::StrategyComms comms;
+  runtime::run_agreed(world, [&] {
+    comms = fsdp::make_strategy_comms(strategy, *mesh, d.get_string("comm.backend"), topo.device, copts);
+  });
+  std::shared_ptr<model::Model> net = model::build_model(spec, at::kMeta);
+  fsdp::EngineOptions eopts;
+  runtime::run_agreed(world, [&] { eopts = engine_options_from_deck(d, *net); });
+  model::Model* raw = net.get();
+  auto init = [raw, seed](const std::string& name, at::Tensor& t) {
+    model::init_parameter(t, raw->init_for(name), model::param_seed(seed, name));
+  };
+  Timer wrap_timer;
+  fsdp::Engine engine(*net, comms.engine(), eopts, init);
+  fsdp::ShardedOptimizer optimizer(engine, opt_cfg);
+  const int64_t params = model::parameter_count(spec);
+
+  const double peak_tflops = d.get_float("log.peak_tflops") > 0
+                                 ? d.get_float("log.peak_tflops")
+                                 : allreduce(measure_peak_tflops(eopts.mp.param_dtype), MPI_MIN, world);
+  const bool lm = !data->classification();
+  const int64_t items_per_step = plan.global_batch * (lm ? data->tokens_per_item() : 1);
+  const double flops_per_item = lm ? net->train_flops_per_token(spec.seq_len) : 6.0 * params;
+
+  if (rt.rank() == 0) {
+    std::printf("# model %s: %lld parameters (%.1f M); %d units; wrapped in %.2f s\n", spec.arch.c_str(),
+                static_cast<long long>(params), params / 1e6, engine.num_units(), wrap_timer.seconds());
+    std::printf("# world %d ranks (%d host%s%s), mesh %d replicate x %d shard, strategy %s, %s params, %d threads/rank\n",
+                rt.size(), topo.num_hosts, topo.num_hosts == 1 ? "" : "s", topo.simulated ? ", simulated" : "",
+                mesh->replicate_size(), mesh->shard_size(), fsdp::to_string(strategy),
+                fsdp::dtype_name(eopts.mp.param_dtype), threads);
+    std::printf("# batch: global %lld = micro %lld x accum %lld x %d ranks; %s\n",
+                static_cast<long long>(plan.global_batch), static_cast<long long>(plan.micro_batch),
+                static_cast<long long>(plan.grad_accum), plan.dp_ranks, data->describe().c_str());
+    std::printf("# peak %.3f TFLOP/s per rank (%s); outputs in %s\n", peak_tflops,
+                d.get_float("log.peak_tflops") > 0 ? "log.peak_tflops" : "measured matmul", out_dir.c_str());
+    std::fflush(stdout);
+  }
+
+  MetricsLog metrics(out_dir + "/" + d.get_string("log.metrics_file"), rt.rank() == 0);
+
+  // ---- the loop ----------------------------------------------------------------------
+  data::SamplerCursor cursor;
+  int64_t step = 0, tokens_seen = 0;
+  double last_loss = 0;
+  std::optional<double> last_val, last_acc;
+  double window_s = 0, window_comm = 0;
+  int64_t window_steps = 0;
+  int exit_code = kExitOk;
+
+  while (step < max_steps && (max_tokens <= 0 || tokens_seen < max_tokens)) {
+    Timer step_timer;
+    const double comm_before = engine.memory().exposed_comm_seconds;
+    const float lr = schedule.lr_at(step);
+    engine.zero_grad();
+    double local_loss = 0;
+    for (int mb = 0; mb < plan.grad_accum; ++mb) {
+      engine.set_last_micro_batch(mb == plan.grad_accum - 1);
+      Batch b = data->train_batch(cursor, mb);
+      at::Tensor loss = net->loss(b.inputs, b.targets) / static_cast<double>(plan.grad_accum);
+      loss.backward();
+      local_loss += loss.item<double>();
+    }
+    const double grad_norm = engine.clip_grad_norm(d.get_float("optimizer.grad_clip"));
+    optimizer.step(lr);
+    cursor = data->next(cursor);
+    ++step;
+    if (lm) tokens_seen += items_per_step;
+    else tokens_seen += plan.global_batch;
+    window_s += step_timer.seconds();
+    window_comm += engine.memory().exposed_comm_seconds - comm_before;
+    ++window_steps;
+
+    const bool log_now = step % log_every == 0 || step == max_steps || step == 1;
+    if (log_now) {
+      last_loss = allreduce(local_loss, MPI_SUM, world) / rt.size();
+      const double step_s = allreduce(window_s / window_steps, MPI_MAX, world);
+      const double comm_s = allreduce(window_comm / window_steps, MPI_MAX, world);
+      StepRecord r;
+      r.step = step;
+      r.max_steps = max_steps;
+      r.loss = last_loss;
+      r.lr = lr;
+      r.grad_norm = grad_norm;
+      r.items_per_s = items_per_step / step_s;
+      r.items_are_tokens = lm;
+      r.step_ms = 1e3 * step_s;
+      r.tflops = flops_per_item * (lm ? items_per_step : plan.global_batch) / step_s / rt.size() / 1e12;
+      r.mfu = peak_tflops > 0 ? r.tflops / peak_tflops : 0;
+      r.comm_share = step_s > 0 ? comm_s / step_s : 0;
+      r.peak_mem_bytes = static_cast<int64_t>(allreduce(static_cast<double>(read_process_memory().hwm_bytes), MPI_MAX, world));
+      r.tokens_seen = tokens_seen;
+      metrics.log_step(r);
+      window_s = window_comm = 0;
+      window_steps = 0;
+    }
+    if (val_every > 0 && (step % val_every == 0 || step == max_steps) && data->val_batches() > 0) {
+      EvalResult e = evaluate(*net, *data, d.get_int("train.val_batches"), static_cast<int>(plan.grad_accum), world);
+      last_val = e.loss;
+      last_acc = e.acc;
+      metrics.log_eval({step, e.loss, e.acc});
+    }
+    // Stop requests: every rank must agree on the same step boundary.
+    double sig = allreduce(static_cast<double>(stop_signal()), MPI_MAX, world);
+    if (sig > 0) {
+      if (rt.rank() == 0) log::info(log::fmt("stop requested (signal ", static_cast<int>(sig), ") at step ", step));
+      exit_code = kExitCheckpointed;
+      break;
+    }
+  }
+  if (exit_code == kExitOk && last_loss == 0 && step > 0) last_loss = 0;
+  metrics.write_summary(out_dir + "/summary.json", 2, last_loss, last_val, last_acc, lm);
+  return exit_code;
+}
+
+}  // namespace shardtrain::train
