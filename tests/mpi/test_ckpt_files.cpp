@@ -47,6 +47,7 @@ void replace(hid_t f, const std::string& path, hid_t type, std::vector<hsize_t> 
 
 // Loading `path` must fail on every rank with a UserError containing each of `parts`.
 void expect_load_fails(const std::string& path, const std::vector<std::string>& parts, const Layout& L = {}) {
+  SCOPED_TRACE(path + (parts.empty() ? std::string() : ": " + parts.back()));
   Trainee t(MPI_COMM_WORLD, L);
   fill(t, 1);
   try {
