@@ -35,6 +35,7 @@ class TokenSource : public DataSource {
     return {t.inputs, t.targets};
   }
   data::SamplerCursor next(const data::SamplerCursor& c) const override { return train_sampler_.next(c); }
+  void check_cursor(const data::SamplerCursor& c) const override { train_sampler_.index().check(c); }
   int64_t train_steps_per_epoch() const override { return train_sampler_.index().steps_per_epoch(); }
   int64_t val_batches() const override { return val_sampler_ ? val_sampler_->index().steps_per_epoch() : 0; }
   Batch val_batch(int64_t i, int m) const override {
@@ -76,6 +77,7 @@ class ImageSource : public DataSource {
     return {t.images, t.labels};
   }
   data::SamplerCursor next(const data::SamplerCursor& c) const override { return train_sampler_.next(c); }
+  void check_cursor(const data::SamplerCursor& c) const override { train_sampler_.index().check(c); }
   int64_t train_steps_per_epoch() const override { return train_sampler_.index().steps_per_epoch(); }
   int64_t val_batches() const override { return val_sampler_ ? val_sampler_->index().steps_per_epoch() : 0; }
   Batch val_batch(int64_t i, int m) const override {

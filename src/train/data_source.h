@@ -20,6 +20,8 @@ class DataSource {
   // This rank's micro-batch m of the training global batch at cursor c.
   virtual Batch train_batch(const data::SamplerCursor& c, int micro) const = 0;
   virtual data::SamplerCursor next(const data::SamplerCursor& c) const = 0;
+  // UserError when a cursor read from a checkpoint does not fit this dataset and batch.
+  virtual void check_cursor(const data::SamplerCursor& c) const = 0;
   virtual int64_t train_steps_per_epoch() const = 0;
   // Validation global batches (in order, no shuffling) and this rank's micro-batch of one.
   virtual int64_t val_batches() const = 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include "shardtrain/util/error.h"
 
@@ -19,9 +20,29 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& jsonl_path, bool enabled) : enabled_(enabled) {
+MetricsLog::MetricsLog(const std::string& jsonl_path, bool enabled, int64_t resumed_step) : enabled_(enabled) {
   if (!enabled_) return;
-  out_.open(jsonl_path, std::ios::out | std::ios::app);
+  if (resumed_step >= 0) {
+    // Keep the records up to the checkpoint's step; rewrite the file through a temporary
+    // so a crash here cannot lose the history.
+    std::vector<std::string> keep;
+    std::ifstream in(jsonl_path);
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_object()) continue;  // a line torn by the crash
+      if (j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > resumed_step) continue;
+      keep.push_back(line);
+    }
+    const std::string tmp = jsonl_path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      for (const auto& l : keep) out << l << "\n";
+      ST_USER_CHECK(out.good(), "cannot write the metrics file '", tmp, "'");
+    }
+    ST_USER_CHECK(std::rename(tmp.c_str(), jsonl_path.c_str()) == 0, "cannot rename '", tmp, "' to '", jsonl_path, "'");
+  }
+  out_.open(jsonl_path, resumed_step >= 0 ? std::ios::out | std::ios::app : std::ios::out | std::ios::trunc);
   ST_USER_CHECK(out_.good(), "cannot write the metrics file '", jsonl_path, "'");
 }
 

@@ -1,4 +1,5 @@
-// run_training: topology -> mesh -> comms -> sharded model -> data -> the step loop.
+// run_training: topology -> mesh -> comms -> sharded model -> data -> resume -> the step loop
+// (with checkpoints every N steps / M minutes, on SIGUSR1/SIGTERM and at the end).
 #include "shardtrain/train/trainer.h"
 
 #include <ATen/Parallel.h>
@@ -11,6 +12,11 @@
 #include <memory>
 
 #include "data_source.h"
+#include "fault_hook.h"
+#include "resume_state.h"
+#include "save_schedule.h"
+#include "shardtrain/ckpt/manager.h"
+#include "spec_json.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
 #include "shardtrain/fsdp/strategy_comms.h"
@@ -187,11 +193,83 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     std::fflush(stdout);
   }
 
-  MetricsLog metrics(out_dir + "/" + d.get_string("log.metrics_file"), rt.rank() == 0);
+  // ---- checkpoints: resume ----------------------------------------------------------
+  const int64_t every_steps = d.get_int("checkpoint.every_steps");
+  const bool async_ckpt = d.get_bool("checkpoint.async");
+  ckpt::CheckpointManager ckpts(d.checkpoint_dir(), static_cast<int>(d.get_int("checkpoint.keep_last")), world,
+                                async_ckpt);
+  ckpt::CheckpointInfo info;
+  info.deck_text = d.resolved_toml();
+  info.model_spec_json = model_spec_json(spec);
+  info.strategy = fsdp::to_string(strategy);
+  info.shard_group_size = mesh->shard_size();
+  info.replicate_size = mesh->replicate_size();
+
+  LoopPosition pos;
+  int64_t resumed_step = -1;
+  const std::optional<std::string> resume_from = ckpts.find_resume(d.get_string("checkpoint.resume"));
+  if (resume_from) {
+    Timer load_timer;
+    ckpt::TrainState st;
+    const ckpt::IoStats io = ckpt::load_checkpoint(*resume_from, engine, optimizer, st, world);
+    std::string notes;
+    ckpt::CheckpointMeta meta;
+    runtime::run_agreed(world, [&] {
+      pos = apply_train_state(st, *resume_from, plan.global_batch, seed, rt.rank(), rt.size(), notes);
+      data->check_cursor(pos.cursor);
+      if (rt.rank() == 0) meta = ckpt::read_checkpoint_meta(*resume_from);
+    });
+    resumed_step = pos.step;
+    if (rt.rank() == 0) {
+      std::printf("# resumed from %s: step %lld, %lld tokens seen, data epoch %lld position %lld; written by %lld "
+                  "ranks (%s, %lld replicate x %lld shard) at %s; loaded %.1f MB in %.2f s\n%s",
+                  resume_from->c_str(), static_cast<long long>(pos.step), static_cast<long long>(pos.tokens_seen),
+                  static_cast<long long>(pos.cursor.epoch), static_cast<long long>(pos.cursor.position),
+                  static_cast<long long>(meta.world_size), meta.strategy.c_str(),
+                  static_cast<long long>(meta.replicate_size), static_cast<long long>(meta.shard_group_size),
+                  meta.created.c_str(), io.bytes / 1e6, load_timer.seconds(), notes.c_str());
+      if (pos.step >= max_steps) std::printf("# checkpoint step %lld >= train.max_steps %lld: nothing to train\n",
+                                             static_cast<long long>(pos.step), static_cast<long long>(max_steps));
+      std::fflush(stdout);
+    }
+  } else {
+    seed_default_generator(seed, rt.rank());
+    if (rt.rank() == 0) {
+      std::printf("# starting fresh (checkpoint.resume = \"%s\"); checkpoints in %s\n",
+                  d.get_string("checkpoint.resume").c_str(), ckpts.dir().c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  const std::string metrics_file = d.get_string("log.metrics_file");
+  std::unique_ptr<MetricsLog> metrics_log;
+  runtime::run_agreed(world, [&] {
+    metrics_log = std::make_unique<MetricsLog>(out_dir + "/" + metrics_file, rt.rank() == 0 && !metrics_file.empty(),
+                                               resumed_step);
+  });
+  MetricsLog& metrics = *metrics_log;
+  SaveSchedule schedule_saves(every_steps, d.get_float("checkpoint.every_minutes"), rt.rank(), world);
+  int64_t last_saved = resumed_step;
+
+  // Collective. The TrainState is taken after the step's data cursor advanced and after
+  // validation, i.e. exactly where the next invocation's loop starts.
+  auto save = [&](int64_t at_step, const std::string& why) {
+    Timer save_timer;
+    const ckpt::TrainState st = make_train_state(pos, plan.global_batch, seed, world);
+    const std::string path = ckpts.save(at_step, engine, optimizer, st, info);
+    last_saved = at_step;
+    schedule_saves.saved();
+    if (rt.rank() == 0) {
+      std::printf("checkpoint: step %lld -> %s (%s; %s %.2f s)\n", static_cast<long long>(at_step), path.c_str(),
+                  why.c_str(), async_ckpt ? "blocked" : "wrote in", save_timer.seconds());
+      std::fflush(stdout);
+    }
+  };
 
   // ---- the loop ----------------------------------------------------------------------
-  data::SamplerCursor cursor;
-  int64_t step = 0, tokens_seen = 0;
+  data::SamplerCursor& cursor = pos.cursor;
+  int64_t& step = pos.step;
+  int64_t& tokens_seen = pos.tokens_seen;
   double last_loss = 0;
   std::optional<double> last_val, last_acc;
   double window_s = 0, window_comm = 0;
@@ -211,6 +289,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
       loss.backward();
       local_loss += loss.item<double>();
     }
+    fault_pause("mid_step", step + 1, rt.rank());
     const double grad_norm = engine.clip_grad_norm(d.get_float("optimizer.grad_clip"));
     optimizer.step(lr);
     cursor = data->next(cursor);
@@ -250,15 +329,22 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
       last_acc = e.acc;
       metrics.log_eval({step, e.loss, e.acc});
     }
-    // Stop requests: every rank must agree on the same step boundary.
-    double sig = allreduce(static_cast<double>(stop_signal()), MPI_MAX, world);
-    if (sig > 0) {
-      if (rt.rank() == 0) log::info(log::fmt("stop requested (signal ", static_cast<int>(sig), ") at step ", step));
+    // Checkpoint and stop requests: every rank must agree on the same step boundary.
+    const bool finished = step >= max_steps || (max_tokens > 0 && tokens_seen >= max_tokens);
+    const SaveSchedule::Decision dec = schedule_saves.poll(step, finished);
+    if (dec.stop && rt.rank() == 0)
+      log::info(log::fmt("stop requested (signal ", dec.signal, ") at step ", step,
+                         finished ? ": training is finished anyway" : ": checkpointing, then exit 42 (requeue me)"));
+    if (dec.save) save(step, dec.reason);
+    if (dec.stop && !finished) {
       exit_code = kExitCheckpointed;
       break;
     }
   }
-  if (exit_code == kExitOk && last_loss == 0 && step > 0) last_loss = 0;
+  // Every way out of the loop above has saved its step; this keeps a future exit path from
+  // ending a run without its final checkpoint.
+  if (step > 0 && last_saved != step) save(step, "final");
+  ckpts.wait();  // a background save must be committed before the exit code promises it
   metrics.write_summary(out_dir + "/summary.json", 2, last_loss, last_val, last_acc, lm);
   return exit_code;
 }

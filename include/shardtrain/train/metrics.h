@@ -31,7 +31,10 @@ struct EvalRecord {
 // Rank 0 only: the other ranks construct it with enabled = false and it does nothing.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& jsonl_path, bool enabled);
+  // resumed_step < 0: a fresh run, the file starts empty. Otherwise the run continues a
+  // checkpoint of that step: records of later steps (written before a crash, and about to
+  // be written again) are dropped and new records are appended, so the file reads as one run.
+  MetricsLog(const std::string& jsonl_path, bool enabled, int64_t resumed_step = -1);
   void log_step(const StepRecord& r);
   void log_eval(const EvalRecord& r);
   // Median step time excluding `warmup` first logged steps, throughput and losses.

@@ -1,0 +1,36 @@
+// The loop position a checkpoint carries besides weights and optimizer state, and the
+// conversion to and from ckpt::TrainState (step, tokens, data cursor, per-rank RNG states).
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/data/sampler.h"
+
+namespace shardtrain::train {
+
+struct LoopPosition {
+  int64_t step = 0;         // optimizer steps completed (also the LR schedule position)
+  int64_t tokens_seen = 0;
+  data::SamplerCursor cursor;
+};
+
+// Seeds this rank's torch default CPU generator (dropout) from run.seed and the rank, so a
+// fresh run is reproducible and ranks draw different masks.
+void seed_default_generator(uint64_t seed, int rank);
+
+// Collective over world: every rank's default CPU generator state is gathered (ranks draw
+// different dropout masks, so one state would not resume them exactly); the result is the
+// same on every rank, as save_checkpoint requires.
+ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch, uint64_t seed, MPI_Comm world);
+
+// No communication. Returns the position and restores this rank's generator: its own state
+// when the checkpoint was written by as many ranks, otherwise a reseed from (seed, rank,
+// step) (only dropout can tell). `notes` gets lines worth printing (rank 0 prints them).
+// UserError (naming `path`) when the state is malformed.
+LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& path, int64_t global_batch,
+                               uint64_t seed, int rank, int world_size, std::string& notes);
+
+}  // namespace shardtrain::train

@@ -1,0 +1,23 @@
+# Checkpoints in the training job, end to end: exact resume (max_steps split, SIGUSR1 -> exit
+# 42), resharding on resume (4 -> 2, 3 ranks, hybrid_shard) and faults (kill -9 mid-step and
+# mid-write, damaged checkpoints). Bash scripts in train/, tiny GPT on byte tokens.
+if(TARGET shardtrain)
+  find_program(SHARDTRAIN_H5DIFF h5diff)
+  # LD_PRELOAD shim that stalls a rank inside a checkpoint write (e2e_train_fault_kill).
+  add_library(shardtrain_test_write_stall SHARED ${CMAKE_CURRENT_LIST_DIR}/train/write_stall.cpp)
+  target_link_libraries(shardtrain_test_write_stall PRIVATE ${CMAKE_DL_LIBS})
+  function(add_train_e2e_test name script np labels)
+    add_test(NAME ${name}
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train/${script} $<TARGET_FILE:shardtrain> ${MPIEXEC_EXECUTABLE}
+              ${SHARDTRAIN_MPIRUN_FLAGS})
+    set_tests_properties(${name} PROPERTIES PROCESSORS ${np} TIMEOUT 180 LABELS "e2e;train;${labels}"
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;SHARDTRAIN_WRITE_STALL_LIB=$<TARGET_FILE:shardtrain_test_write_stall>")
+    if(NOT SHARDTRAIN_H5DIFF)
+      set_tests_properties(${name} PROPERTIES DISABLED TRUE)  # the scripts compare files with h5diff
+    endif()
+  endfunction()
+  add_train_e2e_test(e2e_train_exact_resume exact_resume.sh 2 "ckpt")
+  add_train_e2e_test(e2e_train_reshard_resume reshard_resume.sh 4 "ckpt")
+  add_train_e2e_test(e2e_train_fault_kill fault_kill.sh 2 "ckpt;fault")
+  add_train_e2e_test(e2e_train_fault_corrupt fault_corrupt.sh 2 "ckpt;fault")
+endif()
