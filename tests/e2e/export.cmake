@@ -1,0 +1,13 @@
+# An exported GPT-2 gives the same loss in an independent implementation (needs python3-torch).
+find_program(SHARDTRAIN_EXPORT_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(SHARDTRAIN_EXPORT_PYTHON)
+  execute_process(COMMAND ${SHARDTRAIN_EXPORT_PYTHON} -c "import torch, numpy" RESULT_VARIABLE _export_py_rc
+                  OUTPUT_QUIET ERROR_QUIET)
+  if(_export_py_rc EQUAL 0)
+    add_test(NAME e2e_export_gpt2_loss
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export/export_loss.sh $<TARGET_FILE:shardtrain>
+              ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
+    set_tests_properties(e2e_export_gpt2_loss PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS "e2e;mpi"
+      FAIL_REGULAR_EXPRESSION "MISMATCH")
+  endif()
+endif()
