@@ -225,7 +225,7 @@ struct Engine::Impl {
       if (Unit* next = backward_successor(u)) issue_unshard(*next);
   }
 
-  void on_param_ready(Unit& u, const at::Tensor& param) {
+  void on_param_ready(Unit& u) {
     ST_CHECK(u.grads_prepared, "a parameter of unit '", u.name,
              "' received a gradient outside that unit's backward: is it used outside its unit?");
     if (++u.ready == u.num_params) finish_unit(u);
@@ -322,7 +322,7 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
   ReadyHook(Engine::Impl* impl, Unit* unit) : impl_(impl), unit_(unit) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                             const torch::autograd::variable_list& inputs) override {
-    impl_->on_param_ready(*unit_, at::Tensor());
+    impl_->on_param_ready(*unit_);
     return outputs;
   }
 
@@ -465,7 +465,6 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
       }
   }
 
-  const bool hybrid = is_hybrid(opts.strategy);
   std::vector<std::vector<ParamInfo*>> members(unit_prefix.size());
   std::vector<ParamInfo*> ignored_members;
   for (auto& p : params) {
@@ -490,7 +489,6 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
     u->replicate = comms.replicate;
     u->reshard_after_forward = !u->is_root && reshards_after_forward(opts.strategy);
     u->reshard_after_backward = opts.strategy != Strategy::NoShard;
-    (void)hybrid;
     // Split by dtype: keep_fp32 parameters stay fp32 under mixed precision.
     std::vector<ParamInfo*> compute, fp32;
     for (ParamInfo* p : members[ui]) {
