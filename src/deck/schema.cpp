@@ -135,7 +135,7 @@ std::vector<KeySpec> build_schema() {
     Int("train.grad_accum", 0, "micro-batches per optimizer step; 0 = derived from global_batch (or 1)")
         .at_least(0).unit("micro-batches"),
     Int("train.val_every", 100, "validate every this many steps; 0 = never").at_least(0).unit("steps"),
-    Int("train.val_batches", 10, "micro-batches per validation").at_least(1).unit("micro-batches"),
+    Int("train.val_batches", 10, "global batches of the validation split per evaluation (in order)").at_least(1).unit("batches"),
 
     // [data]
     Str("data.dataset", "", "prepared dataset directory (shardtrain data prepare); \"\" = synthetic tokens"),
