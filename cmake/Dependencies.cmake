@@ -23,6 +23,13 @@ add_library(shardtrain_torch INTERFACE)
 target_link_libraries(shardtrain_torch INTERFACE ${TORCH_LIBRARIES})
 target_include_directories(shardtrain_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
 add_library(shardtrain::torch ALIAS shardtrain_torch)
+# A libtorch built with CUDA (a PyTorch wheel's) defines C10_CUDA_LIBRARY / TORCH_CUDA_LIBRARIES;
+# then the engine's CUDA paths (src/fsdp/device.cpp: c10::cuda streams, allocator statistics)
+# are compiled in. Debian's libtorch is CPU-only.
+set(SHARDTRAIN_TORCH_CUDA OFF)
+if(C10_CUDA_LIBRARY OR TORCH_CUDA_LIBRARIES)
+  set(SHARDTRAIN_TORCH_CUDA ON)
+endif()
 
 # Kokkos: Debian's target points at /usr/lib/include; the headers live beside Trilinos'.
 find_package(Kokkos REQUIRED)
@@ -55,6 +62,29 @@ if(NOT SHARDTRAIN_WITH_CUDA STREQUAL "OFF")
     set(SHARDTRAIN_HAVE_CUDA ON)
   elseif(SHARDTRAIN_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "SHARDTRAIN_WITH_CUDA=ON but no CUDA toolkit was found")
+  endif()
+endif()
+# Our own CUDA kernels (the device AdamW) need a CUDA compiler; without one (a GPU machine with
+# only a PyTorch wheel) the optimizer falls back to libtorch operations on the device.
+set(SHARDTRAIN_HAVE_CUDA_KERNELS OFF)
+if(SHARDTRAIN_HAVE_CUDA AND NOT SHARDTRAIN_WITH_CUDA_KERNELS STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND CUDAToolkit_NVCC_EXECUTABLE)
+    set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    # H200/H100 machine code plus portable PTX (the oldest architecture CUDA 13 still targets),
+    # which the driver compiles for any newer GPU.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES "90-real;75-virtual")
+    endif()
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    enable_language(CUDA)
+    set(SHARDTRAIN_HAVE_CUDA_KERNELS ON)
+  elseif(SHARDTRAIN_WITH_CUDA_KERNELS STREQUAL "ON")
+    message(FATAL_ERROR "SHARDTRAIN_WITH_CUDA_KERNELS=ON but no CUDA compiler (nvcc) was found")
   endif()
 endif()
 if(SHARDTRAIN_HAVE_CUDA AND NOT SHARDTRAIN_WITH_NCCL STREQUAL "OFF")

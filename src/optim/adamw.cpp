@@ -8,21 +8,9 @@
 namespace shardtrain::optim {
 namespace {
 
-// Per-step scalars, computed in double and rounded to float once per step.
-// torch computes p - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps): two divisions per element.
-// Multiplying numerator and denominator by sqrt(bc2) leaves one,
-//   p - (lr*sqrt(bc2)/bc1) * m / (sqrt(v) + eps*sqrt(bc2)),
-// equal up to one rounding; it matters because with SSE the divisions, not memory, bound the
-// kernel while the shard is in cache (measured 1.4x at 1M elements, see perf/README.md).
-struct AdamWScalars {
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float decay_factor;   // 1 - lr*wd
-  float eps_scaled;     // eps * sqrt(1 - beta2^step)
-  float neg_step_size;  // -lr * sqrt(1 - beta2^step) / (1 - beta1^step)
-};
-
 // kDecay is a template parameter so that the no-decay segments carry no multiply at all and
-// the loop body has no branch.
+// the loop body has no branch. The update itself is adamw_update (adamw_math.h), shared with
+// the CUDA kernel.
 template <bool kDecay>
 struct AdamWKernel {
   float* param;
@@ -32,20 +20,47 @@ struct AdamWKernel {
   AdamWScalars s;
 
   KOKKOS_INLINE_FUNCTION void operator()(const long i) const {
-    const float g = grad[i];
-    float p = param[i];
-    if constexpr (kDecay) p = p * s.decay_factor;
-    // The moments in torch's operation order: mul_(beta1).add_(g, 1-beta1), addcmul_(g, g, 1-beta2).
-    const float m = exp_avg[i] * s.beta1 + s.one_minus_beta1 * g;
-    const float v = exp_avg_sq[i] * s.beta2 + s.one_minus_beta2 * g * g;
-    const float denom = std::sqrt(v) + s.eps_scaled;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    param[i] = p + s.neg_step_size * m / denom;
+    adamw_update<kDecay>(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
   }
 };
 
 }  // namespace
+
+AdamWScalars adamw_scalars(const AdamWConfig& cfg, float lr, int64_t step) {
+  const double beta1 = cfg.beta1, beta2 = cfg.beta2;
+  const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bias2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+  AdamWScalars s;
+  s.beta1 = cfg.beta1;
+  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  s.beta2 = cfg.beta2;
+  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  s.decay_factor = static_cast<float>(1.0 - static_cast<double>(lr) * cfg.weight_decay);
+  s.eps_scaled = static_cast<float>(static_cast<double>(cfg.eps) * std::sqrt(bias2));
+  s.neg_step_size = static_cast<float>(-static_cast<double>(lr) * std::sqrt(bias2) / bias1);
+  return s;
+}
+
+std::vector<int64_t> decay_bounds(const DecayMask& decay, const AdamWConfig& cfg) {
+  std::vector<int64_t> b;
+  if (cfg.weight_decay == 0.0f) return b;  // nothing decays
+  for (const ElementRange& r : decay.ranges()) {
+    b.push_back(r.begin);
+    b.push_back(r.end);
+  }
+  return b;
+}
+
+void adamw_step_host_loop(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                          const int64_t* bounds, int64_t n_bounds, const AdamWScalars& s) {
+  // The CUDA kernel's body, one element at a time (see adamw_cuda.cu).
+  for (int64_t i = 0; i < n; ++i) {
+    if (in_decayed_range(bounds, n_bounds, i))
+      adamw_update<true>(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
+    else
+      adamw_update<false>(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
+  }
+}
 
 void AdamWConfig::validate() const {
   ST_USER_CHECK(beta1 >= 0.0f && beta1 < 1.0f, "adamw beta1 must be in [0, 1), got ", beta1);
@@ -62,18 +77,7 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   if (n == 0) return;
   ST_CHECK(param && grad && exp_avg && exp_avg_sq, "adamw_step given a null array");
 
-  const double beta1 = cfg.beta1, beta2 = cfg.beta2;
-  const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(step));
-  const double bias2 = 1.0 - std::pow(beta2, static_cast<double>(step));
-  AdamWScalars s;
-  s.beta1 = cfg.beta1;
-  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-  s.beta2 = cfg.beta2;
-  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-  s.decay_factor = static_cast<float>(1.0 - static_cast<double>(lr) * cfg.weight_decay);
-  s.eps_scaled = static_cast<float>(static_cast<double>(cfg.eps) * std::sqrt(bias2));
-  s.neg_step_size = static_cast<float>(-static_cast<double>(lr) * std::sqrt(bias2) / bias1);
-
+  const AdamWScalars s = adamw_scalars(cfg, lr, step);
   const bool decays = cfg.weight_decay != 0.0f;
   detail::for_each_segment(decay, n, [&](int64_t b, int64_t e, bool decayed) {
     if (decayed && decays)

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "shardtrain/optim/adamw_math.h"
 #include "shardtrain/optim/decay_mask.h"
 
 namespace shardtrain::optim {
@@ -29,6 +30,16 @@ struct AdamWConfig {
 // Kokkos must be running (KokkosScope). The arrays must not overlap.
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                 const DecayMask& decay, const AdamWConfig& cfg, float lr, int64_t step);
+
+// The per-step scalars of step `step` (1-based), as every implementation uses them.
+AdamWScalars adamw_scalars(const AdamWConfig& cfg, float lr, int64_t step);
+// A mask's decayed ranges flattened to sorted bounds [b0, e0, b1, e1, ...] for the per-element
+// lookup of the device kernel (in_decayed_range); empty when cfg.weight_decay == 0.
+std::vector<int64_t> decay_bounds(const DecayMask& decay, const AdamWConfig& cfg);
+// The CUDA kernel's loop run on the host (sequential, per-element range lookup): the reference
+// the device kernel is tested against, itself tested bit for bit against adamw_step. No Kokkos.
+void adamw_step_host_loop(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                          const int64_t* bounds, int64_t n_bounds, const AdamWScalars& s);
 
 // Owns the moments of one shard and counts its steps; the stateless kernel above is what
 // checkpointing and CPU offload use directly on their own buffers.
