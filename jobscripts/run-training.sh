@@ -23,8 +23,10 @@
 #                             launcher's own binding
 #   SHARDTRAIN_THREADS        threads per rank -> OMP_NUM_THREADS and run.threads
 #                             (default: $SLURM_CPUS_PER_TASK; unset: the deck's run.threads)
-#   SHARDTRAIN_SETS           overrides the jobscript adds, space-separated key=value, given
-#                             before the arguments' (the last value of a key wins)
+#   SHARDTRAIN_SCRIPT_SETS    overrides of the jobscript itself (its strategy), space-separated
+#                             key=value, first
+#   SHARDTRAIN_SETS           more overrides, space-separated key=value, after those and before
+#                             the arguments' (the last value of a key wins)
 #   SHARDTRAIN_REQUEUE        requeue (default: `scontrol requeue`, resubmission if that fails)
 #                             | resubmit (`sbatch --dependency=afterany:<this job>`) | none
 #   SHARDTRAIN_MAX_RESTARTS   give up (exit 42, job FAILED) after this many restarts (default 10)
@@ -45,7 +47,7 @@ deck=${SHARDTRAIN_DECK:-}
 if [ $# -gt 0 ] && [[ $1 != *=* && $1 != -* ]]; then deck=$1; shift; fi
 [ -n "$deck" ] || die "no deck: give it as the first argument or set SHARDTRAIN_DECK"
 sets=()
-for kv in ${SHARDTRAIN_SETS:-}; do sets+=(--set "$kv"); done
+for kv in ${SHARDTRAIN_SCRIPT_SETS:-} ${SHARDTRAIN_SETS:-}; do sets+=(--set "$kv"); done
 while [ $# -gt 0 ]; do
   case $1 in
     --set) [ $# -ge 2 ] || die "--set needs key=value"; sets+=(--set "$2"); shift 2 ;;
@@ -118,7 +120,13 @@ on_signal() {
   say "$1 received at $(date '+%T'): asking shardtrain to checkpoint and stop (SIGUSR1 to $launcher)"
   kill -USR1 "$child" 2>/dev/null || true
 }
-"${cmd[@]}" &
+if [ $in_slurm = 0 ] && command -v setsid >/dev/null; then
+  # Its own session: a Ctrl-C in the terminal reaches this script only (which passes SIGUSR1 on),
+  # not mpirun, which would kill the ranks on SIGINT instead of letting them checkpoint.
+  setsid "${cmd[@]}" &
+else
+  "${cmd[@]}" &
+fi
 child=$!
 trap 'on_signal SIGUSR1' USR1
 trap 'on_signal SIGTERM' TERM

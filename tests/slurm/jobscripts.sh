@@ -33,7 +33,8 @@ free_port() {
   done
   fail "no free port pair for Slurm"
 }
-export LOCAL_SLURM_DIR=$T/slurm LOCAL_SLURM_PORT=$(free_port) LOCAL_SLURM_CPUS=6 LOCAL_SLURM_GPUS=4
+port=$(free_port)
+export LOCAL_SLURM_DIR=$T/slurm LOCAL_SLURM_PORT=$port LOCAL_SLURM_CPUS=6 LOCAL_SLURM_GPUS=4
 chmod 755 "$T"   # munged wants every folder above its socket searchable by all
 mkdir -p "$LOCAL_SLURM_DIR"
 slurm_cleanup() {
@@ -60,7 +61,8 @@ note "Slurm up after $((SECONDS - T0)) s"
 make_dataset
 # The jobs inherit this environment (sbatch --export=ALL, the default).
 export SHARDTRAIN_BIN=$ST OMPI_MCA_mpi_yield_when_idle=1
-unset SHARDTRAIN_HOME SHARDTRAIN_LAUNCHER SHARDTRAIN_REQUEUE SHARDTRAIN_MAX_RESTARTS SHARDTRAIN_SETS SHARDTRAIN_DECK
+unset SHARDTRAIN_HOME SHARDTRAIN_LAUNCHER SHARDTRAIN_LAUNCHER_ARGS SHARDTRAIN_REQUEUE SHARDTRAIN_MAX_RESTARTS SHARDTRAIN_SETS \
+  SHARDTRAIN_SCRIPT_SETS SHARDTRAIN_DECK SHARDTRAIN_BIND SHARDTRAIN_THREADS SHARDTRAIN_NP SHARDTRAIN_RESUBMITS
 declare -A JOB   # name -> the job id to follow
 # submit NAME SCRIPT [sbatch options] -- [deck overrides]: from $T (logs: $T/st-NAME-<id>.out).
 submit() {

@@ -114,7 +114,7 @@ do_start() {
   fi
   check_can_start
   do_stop quiet   # leftovers of a half-started run, if any
-  rm -rf "$D/spool" "$D/etc" "$D/log" "$D/run" "$D/munge" "$D/dev"
+  rm -rf "${D:?}/spool" "${D:?}/etc" "${D:?}/log" "${D:?}/run" "${D:?}/munge" "${D:?}/dev"
   mkdir -p "$D"/{etc,log,run,spool/ctld,spool/d,munge}
   chmod 755 "$D" "$D/munge"   # munged: socket folder needs o+x and no group/other write; key 0600
   if command -v mungekey >/dev/null; then mungekey -c -k "$D/munge/munge.key" -b 1024
