@@ -11,6 +11,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SS=$HERE/../../../jobscripts/scaling-study
 DECK=$HERE/../train/tiny.toml
 export OMP_NUM_THREADS=1
+# The interpreter itself, not a wrapper such as a pyenv shim (~1.5 s per start on a busy machine).
+PY=$(python3 -c 'import sys; print(sys.executable)')
 T=$(mktemp -d "${TMPDIR:-/tmp}/shardtrain-study-XXXXXX")
 cleanup() { if [ "${KEEP_TMP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi; }
 trap cleanup EXIT
@@ -28,7 +30,7 @@ awk 'BEGIN { srand(11); split("the of and to a in that it was her she not be his
 expect_bad() {
   local want=$1; shift
   set +e
-  python3 "$SS" "$@" > bad.out 2> bad.err
+  "$PY" "$SS" "$@" > bad.out 2> bad.err
   local rc=$?
   set -e
   [ "$rc" = 2 ] || { cat bad.out bad.err; fail "scaling-study $* exited $rc (expected 2)"; }
@@ -56,12 +58,12 @@ expect_bad "no study.json here" run "$T/nowhere"
 
 note "a tiny study with the mpirun launcher"
 start=$(date +%s)
-python3 "$SS" all study --spec "$HERE/tiny-study.toml" --bin "$ST" --mpirun "$MPIEXEC" \
+"$PY" "$SS" all study --spec "$HERE/tiny-study.toml" --bin "$ST" --mpirun "$MPIEXEC" \
   --set data.dataset="$T/data" > all.log 2>&1 || { cat all.log; for f in study/runs/*/stderr.log; do echo "--- $f"; tail -5 "$f"; done; fail "scaling-study all"; }
 cat all.log
 echo "   study took $(( $(date +%s) - start )) s"
 
-python3 - study/results.csv study/report/results.csv <<'PY' || fail "results.csv"
+"$PY" - study/results.csv study/report/results.csv <<'PY' || fail "results.csv"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 need = ["id", "mode", "strategy", "ranks", "hosts", "ranks_per_host", "global_batch", "micro_batch", "tokens_per_s",
@@ -103,7 +105,7 @@ done
 [ "$(ls study/runs/strong-full_shard-n2-h1/checkpoints 2>/dev/null | wc -l)" = 0 ] || fail "checkpoints were kept"
 
 note "a second run skips the finished points"
-python3 "$SS" run study --mpirun "$MPIEXEC" > rerun.log 2>&1 || { cat rerun.log; fail "rerun"; }
+"$PY" "$SS" run study --mpirun "$MPIEXEC" > rerun.log 2>&1 || { cat rerun.log; fail "rerun"; }
 grep -q "5 of 5 points already done" rerun.log || { cat rerun.log; fail "rerun did not skip"; }
 
 note "the Slurm launcher (stub sbatch/srun on PATH)"
@@ -126,13 +128,13 @@ echo "$id"
 SH
 cat > fakebin/srun <<'SH'
 #!/usr/bin/env bash
-# Stub: srun [--mpi=X] -n N [-N M] [--ntasks-per-node K] CMD... -> mpirun -np N CMD...
+# Stub: srun [--mpi=X] [--cpu-bind=Y] [-c C] -n N [-N M] [--ntasks-per-node K] CMD... -> mpirun -np N CMD...
 np=1
 while [ $# -gt 0 ]; do
   case $1 in
-    --mpi=*) shift ;;
+    --mpi=*|--cpu-bind=*) shift ;;
     -n) np=$2; shift 2 ;;
-    -N|--ntasks-per-node) shift 2 ;;
+    -N|-c|--ntasks-per-node) shift 2 ;;
     *) break ;;
   esac
 done
@@ -143,13 +145,13 @@ SH
 chmod +x fakebin/sbatch fakebin/srun
 export FAKE_SLURM_DIR=$T/fake-slurm FAKE_MPIEXEC=$MPIEXEC
 mkdir "$FAKE_SLURM_DIR"
-python3 "$SS" run study --launcher slurm --dry-run --force > dry.log 2>&1 || { cat dry.log; fail "slurm dry run"; }
-grep -q "would submit: sbatch --parsable .*n2-sim.sbatch   (2 tasks)" dry.log || { cat dry.log; fail "dry run plan"; }
-grep -q '^#SBATCH --array=0-1$' study/slurm/n2-sim.sbatch || fail "n2-sim.sbatch: no 2-task array"
+"$PY" "$SS" run study --launcher slurm --dry-run --force > dry.log 2>&1 || { cat dry.log; fail "slurm dry run"; }
+grep -q "would submit: sbatch --parsable .*n2-sim.sbatch   (3 tasks)" dry.log || { cat dry.log; fail "dry run plan"; }
+grep -q "^#SBATCH --array=0-2$" study/slurm/n2-sim.sbatch || fail "n2-sim.sbatch: no 3-task array"
 grep -q '^#SBATCH --ntasks=2$' study/slurm/n2-sim.sbatch || fail "n2-sim.sbatch: ntasks"
 [ "$(ls "$FAKE_SLURM_DIR" | wc -l)" = 0 ] || fail "the dry run submitted something"
 rm -f study/report/*.png
-PATH=$T/fakebin:$PATH python3 "$SS" run study --launcher slurm --only=-n1- --force > slurm.log 2>&1 ||
+PATH=$T/fakebin:$PATH "$PY" "$SS" run study --launcher slurm --only=-n1- --force > slurm.log 2>&1 ||
   { cat slurm.log; cat "$FAKE_SLURM_DIR"/*.out 2>/dev/null; fail "slurm launcher"; }
 cat slurm.log
 grep -q "submitted .*n1-sim.sbatch as job 1000 (2 tasks)" slurm.log || fail "array job not submitted"
