@@ -2,7 +2,7 @@
 # (tests/e2e/study/tiny-study.toml: 5 runs of 1-2 ranks, 3 steps) runs with the mpirun
 # launcher, results.csv has the right rows and columns, report.md and its four PNGs exist;
 # the Slurm launcher submits array jobs and a dependent report job (stub sbatch/srun).
-# 78 s measured on the shared 2-core VM at load average 7-8 (the 7 training runs are most of it;
+# 58-78 s measured on the shared 2-core VM at load average 7-10 (the 7 training runs are most of it;
 # much less when the machine is idle). Needs python3 and gnuplot.
 if(TARGET shardtrain)
   find_program(SHARDTRAIN_STUDY_PYTHON NAMES python3)
