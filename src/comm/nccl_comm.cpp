@@ -1,6 +1,8 @@
 // NCCL backend: a communicator made from the MPI group, dedicated streams for all-gather,
 // reduce-scatter and the rest, ordered against the caller's compute stream with events;
-// tensors stay referenced until the collective's done event completes.
+// tensors stay referenced until the collective's done event completes. Many tensors go in one
+// group call (all_reduce_coalesced). An NCCL error while issuing aborts the communicator
+// (ncclCommAbort) and every later call on it fails with that first error.
 #include <algorithm>
 #include <atomic>
 #include <deque>
@@ -126,8 +128,10 @@ class NcclComm final : public Comm, public Watched {
       std::lock_guard<std::mutex> lock(inflight_mu_);
       inflight_.clear();
     }
-    ncclCommFinalize(nccl_);
-    ncclCommDestroy(nccl_);
+    if (!aborted_) {  // ncclCommAbort already released an aborted one
+      ncclCommFinalize(nccl_);
+      ncclCommDestroy(nccl_);
+    }
     for (auto& s : streams_) cudaStreamDestroy(s);
     cudaFree(barrier_buf_);
     int finalized = 0;
@@ -155,6 +159,23 @@ class NcclComm final : public Comm, public Watched {
                  kScatter, false, [&](cudaStream_t s) {
                    ST_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(),
                                                    nccl_dtype(in.scalar_type()), nccl_op(op), nccl_, s));
+                 });
+  }
+
+  WorkPtr all_reduce_coalesced(const std::vector<at::Tensor>& ts, ReduceOp op) override {
+    int64_t numel = 0;
+    at::ScalarType dtype = ts.empty() ? at::ScalarType::Undefined : ts.front().scalar_type();
+    for (const auto& t : ts) {
+      validate_all_reduce(name_, t, op, {true, device_});
+      numel += t.numel();
+      if (t.scalar_type() != dtype) dtype = at::ScalarType::Undefined;  // "-" in records
+    }
+    return issue(op_label("all_reduce_coalesced", op), numel, dtype, ts, kOther, false,
+                 [&](cudaStream_t s) {
+                   // Inside issue()'s ncclGroupStart/End: one launch for all of them.
+                   for (const auto& t : ts)
+                     ST_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(),
+                                                 nccl_dtype(t.scalar_type()), nccl_op(op), nccl_, s));
                  });
   }
 
@@ -192,6 +213,10 @@ class NcclComm final : public Comm, public Watched {
   }
 
   std::optional<Fatal> check(double now) override {
+    {
+      std::lock_guard<std::mutex> l(abort_mu_);
+      if (aborted_) return std::nullopt;  // the communicator is gone; its caller got the error
+    }
     DeviceGuard g(device_);
     ncclResult_t async = ncclSuccess;
     ST_NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async));
@@ -212,7 +237,7 @@ class NcclComm final : public Comm, public Watched {
   }
   std::string watched_name() const override { return name_; }
   std::vector<FlightRecord> watched_records() const override { return recorder_.snapshot(); }
-  void abort_backend() override { ncclCommAbort(nccl_); }
+  void abort_backend() override { abort("the watchdog ended the job"); }
 
  private:
   Fatal fatal_for_front(double now) const {
@@ -225,6 +250,16 @@ class NcclComm final : public Comm, public Watched {
     f.dtype = x.dtype;
     f.running_s = now - x.issued_s;
     return f;
+  }
+
+  // After a failed NCCL call the communicator's state is unknown (peers may be inside the
+  // collective): abort it so that nothing waits on it forever, and refuse further use.
+  void abort(const std::string& why) {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    abort_reason_ = why;
+    ncclCommAbort(nccl_);
   }
 
   // Drops collectives whose done event completed (releasing their tensors), in order.
@@ -246,6 +281,10 @@ class NcclComm final : public Comm, public Watched {
                 Lane lane, bool host_sync, Fn&& launch) {
     DeviceGuard g(device_);
     std::lock_guard<std::mutex> lock(issue_mu_);
+    {
+      std::lock_guard<std::mutex> l(abort_mu_);
+      if (aborted_) throw_comm_error(name_, op, "the NCCL communicator was aborted after an earlier error: " + abort_reason_);
+    }
     const uint64_t seq = issued_.load() + 1;
     auto f = std::make_shared<InFlight>();
     f->seq = seq;
@@ -263,9 +302,19 @@ class NcclComm final : public Comm, public Watched {
     ST_CUDA_CHECK(cudaEventRecord(ready, static_cast<cudaStream_t>(compute_stream())));
     ST_CUDA_CHECK(cudaStreamWaitEvent(s, ready, 0));
     ST_CUDA_CHECK(cudaEventDestroy(ready));
-    ST_NCCL_CHECK(ncclGroupStart());
-    launch(s);
-    ST_NCCL_CHECK(ncclGroupEnd());
+    try {
+      ST_NCCL_CHECK(ncclGroupStart());
+      try {
+        launch(s);
+      } catch (...) {
+        ncclGroupEnd();  // close the group before aborting
+        throw;
+      }
+      ST_NCCL_CHECK(ncclGroupEnd());
+    } catch (const std::exception& e) {
+      abort(concat("seq ", seq, " ", op, ": ", e.what()));
+      throw;
+    }
     ST_CUDA_CHECK(cudaEventRecord(f->done, s));
     recorder_.issued(seq, f->op, numel, f->dtype, f->issued_s);
     recorder_.started(seq, f->issued_s);
@@ -290,6 +339,9 @@ class NcclComm final : public Comm, public Watched {
   std::atomic<uint64_t> issued_{0}, completed_{0};
   std::mutex inflight_mu_;
   std::deque<std::shared_ptr<InFlight>> inflight_;
+  std::mutex abort_mu_;
+  bool aborted_ = false;
+  std::string abort_reason_;
 };
 
 }  // namespace

@@ -2,7 +2,7 @@
 // machinery driven by forward hooks, tensor hooks and AccumulateGrad post hooks.
 #include "shardtrain/fsdp/engine.h"
 
-#include <torch/csrc/autograd/engine.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -16,9 +16,12 @@
 #include <unordered_map>
 
 #include "recompute.h"
+#include "shardtrain/comm/compute_stream.h"
+#include "shardtrain/fsdp/device.h"
 #include "shardtrain/fsdp/forward_hook.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/timer.h"
+#include "shardtrain/util/torch_compat.h"
 
 namespace shardtrain::fsdp {
 namespace {
@@ -39,6 +42,18 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
 
 int group_size(const comm::Comm* c) { return c ? c->size() : 1; }
 int group_rank(const comm::Comm* c) { return c ? c->rank() : 0; }
+
+// A host->device copy on the side stream, as a Work: wait() orders the compute stream after it.
+class CopyWork final : public comm::Work {
+ public:
+  CopyWork(DeviceRuntime& dev, DeviceEventPtr done) : Work(0), dev_(dev), done_(std::move(done)) {}
+  void wait() override { dev_.compute_waits(done_); }
+  bool is_completed() override { return done_->query(); }
+
+ private:
+  DeviceRuntime& dev_;
+  DeviceEventPtr done_;
+};
 
 }  // namespace
 
@@ -69,6 +84,16 @@ struct PendingReduce {
   at::Tensor out, in;
 };
 
+// A reduced gradient on its way into an offloaded (host) gradient shard. On CUDA: `source` is
+// the device tensor, `staging` its pinned host copy made on the side stream, `done` that copy's
+// event; the source stays referenced until `done` completes (no recordStream). On a CPU device
+// `staging` is the reduced tensor itself and `done` is complete at once.
+struct PendingD2H {
+  FlatParam* fp = nullptr;
+  at::Tensor source, staging;
+  DeviceEventPtr done;
+};
+
 struct Engine::Impl {
   EngineComms comms;
   EngineOptions opts;
@@ -79,7 +104,20 @@ struct Engine::Impl {
   std::deque<FlatParam*> inflight;           // issued all-gathers not yet waited
   bool in_backward = false, last_micro = true;
   std::vector<PendingReduce> pending;
+  std::deque<PendingD2H> d2h;
+  std::unique_ptr<DeviceRuntime> dev;
   MemoryStats stats;
+
+  // Every entry from a hook or the API: NCCL collectives are ordered after torch's current
+  // stream on this thread (autograd runs CUDA backward on its own device thread), and new
+  // storages come from the engine's device.
+  struct Scope {
+    c10::OptionalDeviceGuard device;
+    comm::ComputeStreamGuard stream;
+    explicit Scope(Impl& m)
+        : device(m.dev->is_cuda() ? c10::optional<c10::Device>(m.dev->device()) : c10::nullopt),
+          stream(m.dev->compute_stream()) {}
+  };
 
   // ---- unshard / reshard ---------------------------------------------------------
   void track_live() {
@@ -116,16 +154,32 @@ struct Engine::Impl {
       return;
     }
     while (static_cast<int>(inflight.size()) >= opts.limit_all_gathers) wait_gather(*inflight.front());
-    resize_storage(fp.full, fp.full_bytes());
+    resize_storage(fp.full, fp.full_bytes());  // on the compute stream
     track_live();
     at::Tensor mine = storage_alias(fp.full, fp.shard_rank * fp.shard_numel, {fp.shard_numel});
-    mine.copy_(fp.master);
     fp.stale = false;
-    if (fp.shard_size == 1) {
-      fp.state = FlatParam::State::Unsharded;
-      return;
+    if (fp.offloaded && dev->is_cuda()) {
+      // Host shard -> device on the side stream (after the compute stream's last use of the
+      // new block), so the copy overlaps computation; the all-gather is ordered after it.
+      dev->side_waits_compute();
+      {
+        DeviceRuntime::SideScope side(*dev);
+        mine.copy_(fp.master, /*non_blocking=*/true);
+      }
+      if (fp.shard_size == 1) {
+        fp.gather_work = std::make_shared<CopyWork>(*dev, dev->record_on_side());
+      } else {
+        comm::ComputeStreamGuard after_copy(dev->side_stream());
+        fp.gather_work = u.shard->all_gather(storage_alias(fp.full, 0, {fp.padded}), mine);
+      }
+    } else {
+      mine.copy_(fp.master);
+      if (fp.shard_size == 1) {
+        fp.state = FlatParam::State::Unsharded;
+        return;
+      }
+      fp.gather_work = u.shard->all_gather(storage_alias(fp.full, 0, {fp.padded}), mine);
     }
-    fp.gather_work = u.shard->all_gather(storage_alias(fp.full, 0, {fp.padded}), mine);
     fp.state = FlatParam::State::Gathering;
     inflight.push_back(&fp);
     stats.max_all_gathers_in_flight = std::max(stats.max_all_gathers_in_flight, static_cast<int>(inflight.size()));
@@ -156,10 +210,14 @@ struct Engine::Impl {
 
   // ---- forward ---------------------------------------------------------------------
   at::Tensor run_forward(Unit& u, const at::Tensor& input, const UnitBody& body) {
+    Scope scope(*this);
     if (!order_recorded && u.order_index < 0) {
       u.order_index = static_cast<int>(exec_order.size());
       exec_order.push_back(&u);
     }
+    // Ignored parameters are kept whole; offloaded, their device copy is refreshed from the
+    // host master before the model's forward (the root's) whenever the optimizer changed it.
+    if (u.is_root && ignored) unshard(*ignored);
     unshard(u);
     if (opts.forward_prefetch && order_recorded && u.order_index + 1 < static_cast<int>(exec_order.size()))
       issue_unshard(*exec_order[u.order_index + 1]);
@@ -184,7 +242,10 @@ struct Engine::Impl {
     }
     if (out.defined() && out.requires_grad()) {
       Unit* up = &u;
-      out.register_hook([this, up](const at::Tensor&) { pre_backward(*up); });
+      out.register_hook([this, up](const at::Tensor&) {
+        Scope scope(*this);
+        pre_backward(*up);
+      });
     }
     return out;
   }
@@ -192,7 +253,10 @@ struct Engine::Impl {
   // ---- backward --------------------------------------------------------------------
   void begin_backward() {
     in_backward = true;
-    torch::autograd::Engine::get_default_engine().queue_callback([this] { end_backward(); });
+    torch_compat::queue_backward_callback([this] {
+      Scope scope(*this);
+      end_backward();
+    });
     if (ignored) prepare_grads(*ignored);
   }
 
@@ -226,6 +290,7 @@ struct Engine::Impl {
   }
 
   void on_param_ready(Unit& u) {
+    Scope scope(*this);
     ST_CHECK(u.grads_prepared, "a parameter of unit '", u.name,
              "' received a gradient outside that unit's backward: is it used outside its unit?");
     if (++u.ready == u.num_params) finish_unit(u);
@@ -239,7 +304,7 @@ struct Engine::Impl {
     at::Tensor in = full_grad.scalar_type() == opts.mp.reduce_dtype ? full_grad : full_grad.to(opts.mp.reduce_dtype);
     full_grad = at::Tensor();
     if (fp.shard_size == 1) {
-      fp.grad_shard.add_(in);
+      accumulate(fp, in);
       stats.live_grad_buffer_bytes -= fp.full_bytes();
       return;
     }
@@ -256,9 +321,50 @@ struct Engine::Impl {
 
   void retire(PendingReduce& p) {
     wait_timed(*p.work);
-    p.fp->grad_shard.add_(p.out);
+    accumulate(*p.fp, p.out);
     stats.live_grad_buffer_bytes -= p.fp->full_bytes();
     p = PendingReduce{};
+  }
+
+  // Adds a reduced gradient [L] into the flat's gradient shard: at once, or, when the shard is
+  // offloaded, through a device->host copy on the side stream that drain_d2h() finishes.
+  void accumulate(FlatParam& fp, const at::Tensor& reduced) {
+    if (!fp.offloaded) {
+      fp.grad_shard.add_(reduced);
+      return;
+    }
+    PendingD2H d;
+    d.fp = &fp;
+    if (dev->is_cuda()) {
+      dev->side_waits_compute();  // `reduced` is final on the compute stream
+      d.source = reduced;
+      d.staging = at::empty({reduced.numel()}, fp.grad_shard.options());  // pinned host, fp32
+      {
+        DeviceRuntime::SideScope side(*dev);
+        d.staging.copy_(reduced, /*non_blocking=*/true);
+      }
+      d.done = dev->record_on_side();
+    } else {
+      d.staging = reduced;
+      d.done = dev->record_on_side();  // complete
+    }
+    d2h.push_back(std::move(d));
+    drain_d2h(kMaxPendingCopies);
+  }
+
+  static constexpr size_t kMaxPendingCopies = 4;
+
+  // Adds finished device->host gradient copies into their shards, in issue order, and waits
+  // for more until at most `keep` remain.
+  void drain_d2h(size_t keep) {
+    while (!d2h.empty() && (d2h.size() > keep || d2h.front().done->query())) {
+      PendingD2H& d = d2h.front();
+      double t0 = now_seconds();
+      d.done->synchronize();
+      stats.exposed_comm_seconds += now_seconds() - t0;
+      d.fp->grad_shard.add_(d.staging);
+      d2h.pop_front();
+    }
   }
 
   // Retires completed reductions in issue order, and more until at most `keep` remain.
@@ -280,18 +386,48 @@ struct Engine::Impl {
       if (Unit* next = backward_successor(u)) issue_unshard(*next);
   }
 
+  // The tensor itself when it already lives where the flat's collectives run (its `full`'s
+  // device); else a device copy (offloaded shards on CUDA: NCCL reduces device memory).
+  at::Tensor on_comm_device(const FlatParam& fp, const at::Tensor& t) const {
+    if (t.device() == fp.full.device()) return t;
+    return t.to(fp.full.device());
+  }
+
   void end_backward() {
     // Units whose parameters did not all receive gradients (unused this step).
     for (auto& u : units) finish_unit(*u);
     retire_reductions(0);
+    drain_d2h(0);
+    if (opts.cpu_offload && dev->is_cuda()) {
+      // Every host->device copy of the masters has finished before the host optimizer
+      // writes them.
+      dev->record_on_side()->synchronize();
+    }
     if (last_micro) {
-      std::vector<comm::WorkPtr> works;
+      // One group call per communicator (NCCL: ncclGroupStart/End over all the shards).
+      std::vector<comm::Comm*> comms;
+      std::vector<std::vector<at::Tensor>> tensors;
+      std::vector<std::vector<FlatParam*>> owners;
       for (auto& u : units) {
         comm::Comm* c = u->replicate;
         if (!c || c->size() == 1) continue;
-        for (auto& fp : u->flats) works.push_back(c->all_reduce(fp->grad_shard, comm::ReduceOp::Avg));
+        size_t k = std::find(comms.begin(), comms.end(), c) - comms.begin();
+        if (k == comms.size()) {
+          comms.push_back(c);
+          tensors.emplace_back();
+          owners.emplace_back();
+        }
+        for (auto& fp : u->flats) {
+          owners[k].push_back(fp.get());
+          tensors[k].push_back(on_comm_device(*fp, fp->grad_shard));
+        }
       }
+      std::vector<comm::WorkPtr> works;
+      for (size_t k = 0; k < comms.size(); ++k) works.push_back(comms[k]->all_reduce_coalesced(tensors[k], comm::ReduceOp::Avg));
       for (auto& w : works) wait_timed(*w);
+      for (size_t k = 0; k < comms.size(); ++k)
+        for (size_t i = 0; i < owners[k].size(); ++i)
+          if (!tensors[k][i].is_same(owners[k][i]->grad_shard)) owners[k][i]->grad_shard.copy_(tensors[k][i]);
     }
     for (auto& u : units) {
       if (u->reshard_after_backward && !u->is_ignored) reshard(*u);
@@ -338,10 +474,14 @@ struct ParamInfo {
 };
 
 // Builds one FlatParam from its parameters: sharded init, one unit at a time.
+// `device`: where `full` (and, unless offloaded, master and grad_shard) live. Initial values are
+// always computed on the CPU, so they do not depend on the device either.
 std::unique_ptr<FlatParam> materialize(const std::vector<ParamInfo*>& params, at::ScalarType dtype,
-                                       const comm::Comm* shard, const InitFn& init) {
+                                       const comm::Comm* shard, const InitFn& init, const c10::Device& device,
+                                       bool offload) {
   auto fp = std::make_unique<FlatParam>();
   fp->dtype = dtype;
+  fp->offloaded = offload;
   fp->shard_size = group_size(shard);
   fp->shard_rank = group_rank(shard);
   int64_t offset = 0;
@@ -370,15 +510,25 @@ std::unique_ptr<FlatParam> materialize(const std::vector<ParamInfo*>& params, at
       init(s.name, view);
     }
   }
+  // Offloaded state on a CUDA device goes to pinned host memory (asynchronous copies).
+  const at::TensorOptions host_state =
+      at::TensorOptions().dtype(at::kFloat).pinned_memory(offload && device.is_cuda());
+  const at::TensorOptions state = offload ? host_state : at::TensorOptions().dtype(at::kFloat).device(device);
   if (fp->aliases_master()) {
-    fp->master = whole;
-    fp->full = whole;
+    fp->master = whole.to(device);  // the same tensor on a CPU device
+    fp->full = fp->master;
   } else {
-    fp->master = whole.narrow(0, fp->shard_rank * fp->shard_numel, fp->shard_numel).clone();
-    fp->full = at::empty({fp->padded}, at::TensorOptions().dtype(dtype));
+    at::Tensor mine = whole.narrow(0, fp->shard_rank * fp->shard_numel, fp->shard_numel);
+    if (offload) {
+      fp->master = at::empty({fp->shard_numel}, host_state);
+      fp->master.copy_(mine);
+    } else {
+      fp->master = device.is_cpu() ? mine.clone() : mine.to(device);
+    }
+    fp->full = at::empty({fp->padded}, at::TensorOptions().dtype(dtype).device(device));
   }
   whole = at::Tensor();
-  fp->grad_shard = at::zeros({fp->shard_numel}, at::kFloat);
+  fp->grad_shard = at::zeros({fp->shard_numel}, state);
   for (auto& s : fp->slots) {
     s.param = storage_alias(fp->full, s.offset, s.shape);
     s.param.requires_grad_(true);
@@ -402,6 +552,10 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
   m.comms = comms;
   m.opts = opts;
   ST_CHECK(opts.limit_all_gathers >= 1, "limit_all_gathers must be >= 1");
+  m.dev = std::make_unique<DeviceRuntime>(opts.device);
+  m.opts.device = opts_.device = m.dev->device();  // cuda -> cuda:0
+  Impl::Scope scope(m);
+  const c10::Device device = m.dev->device();
   ST_CHECK(dynamic_cast<Hookable*>(&root), "the root module must derive from fsdp::Hookable");
 
   // Modules in pre-order with their qualified prefixes. named_modules() of a module
@@ -495,8 +649,9 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
       bool keep = opts.mp.param_dtype != at::kFloat && matches_any(p->name, opts.mp.keep_fp32);
       (keep ? fp32 : compute).push_back(p);
     }
-    if (!compute.empty()) u->flats.push_back(materialize(compute, opts.mp.param_dtype, comms.shard, init));
-    if (!fp32.empty()) u->flats.push_back(materialize(fp32, at::kFloat, comms.shard, init));
+    if (!compute.empty())
+      u->flats.push_back(materialize(compute, opts.mp.param_dtype, comms.shard, init, device, opts.cpu_offload));
+    if (!fp32.empty()) u->flats.push_back(materialize(fp32, at::kFloat, comms.shard, init, device, opts.cpu_offload));
     u->num_params = static_cast<int>(members[ui].size());
     m.units.push_back(std::move(u));
   }
@@ -506,7 +661,7 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
     u->is_ignored = true;
     u->replicate = comms.world;  // kept whole on every rank, averaged like DDP
     u->reshard_after_backward = false;
-    u->flats.push_back(materialize(ignored_members, at::kFloat, nullptr, init));
+    u->flats.push_back(materialize(ignored_members, at::kFloat, nullptr, init, device, opts.cpu_offload));
     u->num_params = static_cast<int>(ignored_members.size());
     m.ignored = u.get();
     m.units.push_back(std::move(u));
@@ -515,8 +670,8 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
   for (auto& u : m.units) {
     for (auto& fp : u->flats) {
       for (auto& s : fp->slots) {
-        auto acc = torch::autograd::impl::grad_accumulator(s.param);
-        acc->add_post_hook(std::make_unique<ReadyHook>(&m, u.get()));
+        auto acc = torch_compat::grad_accumulator(s.param);
+        torch_compat::add_post_hook(*acc, std::make_unique<ReadyHook>(&m, u.get()));
         u->accumulators.push_back(std::move(acc));
       }
       m.stats.master_bytes += fp->master.numel() * 4;
@@ -527,6 +682,7 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
 }
 
 Engine::~Engine() {
+  Impl::Scope scope(*impl_);
   for (auto& u : impl_->units)
     if (u->hookable) u->hookable->set_forward_hook(nullptr);
   for (auto& p : impl_->pending)
@@ -534,6 +690,9 @@ Engine::~Engine() {
   for (auto& u : impl_->units)
     for (auto& fp : u->flats)
       if (fp->gather_work) fp->gather_work->wait();
+  for (auto& d : impl_->d2h) d.done->synchronize();
+  // Nothing queued on the device may still use storages freed below.
+  synchronize_device(impl_->dev->device());
 }
 
 void Engine::set_last_micro_batch(bool last) { impl_->last_micro = last; }
@@ -544,6 +703,7 @@ void Engine::zero_grad() {
 }
 
 double Engine::clip_grad_norm(double max_norm) {
+  Impl::Scope scope(*impl_);
   // Sharded gradients: every element lives on exactly one rank of the shard group, so
   // sum squares over the shard group only (replicas hold copies: summing over them
   // too would count each element R times). Ignored parameters are whole everywhere.
@@ -554,7 +714,8 @@ double Engine::clip_grad_norm(double max_norm) {
       (u->is_ignored ? whole : sharded) += s;
     }
   if (impl_->comms.shard && impl_->comms.shard->size() > 1) {
-    at::Tensor t = at::full({1}, sharded, at::kDouble);
+    // On the engine's device: that is where the shard group's backend reduces (NCCL on CUDA).
+    at::Tensor t = at::full({1}, sharded, at::TensorOptions().dtype(at::kDouble).device(impl_->dev->device()));
     impl_->wait_timed(*impl_->comms.shard->all_reduce(t, comm::ReduceOp::Sum));
     sharded = t.item<double>();
   }
@@ -595,12 +756,21 @@ int64_t Engine::unit_live_bytes(int i) const {
   return b;
 }
 
-MemoryStats Engine::memory() const { return impl_->stats; }
+MemoryStats Engine::memory() const {
+  MemoryStats m = impl_->stats;
+  const DeviceMemory d = device_memory(impl_->dev->device());
+  m.device_allocated_bytes = d.allocated;
+  m.device_peak_allocated_bytes = d.peak_allocated;
+  return m;
+}
 
 void Engine::reset_peaks() {
   impl_->stats.peak_unsharded_bytes = impl_->stats.live_unsharded_bytes;
   impl_->stats.peak_grad_buffer_bytes = impl_->stats.live_grad_buffer_bytes;
   impl_->stats.max_all_gathers_in_flight = 0;
+  reset_device_peak(impl_->dev->device());
 }
+
+const c10::Device& Engine::device() const { return impl_->dev->device(); }
 
 }  // namespace shardtrain::fsdp

@@ -3,6 +3,8 @@
 
 #include <c10/core/StorageImpl.h>
 
+#include "shardtrain/util/torch_compat.h"
+
 namespace shardtrain::fsdp {
 
 int64_t FlatParam::live_full_bytes() const {
@@ -13,11 +15,9 @@ int64_t FlatParam::live_full_bytes() const {
 void resize_storage(const at::Tensor& t, int64_t nbytes) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   if (static_cast<int64_t>(s->nbytes()) == nbytes) return;
-  // Allocate through the storage's own allocator (CPU, or the CUDA caching allocator
-  // in a CUDA build), so this works on libtorch 1.13 and 2.x alike.
-  at::DataPtr fresh = s->allocator()->allocate(static_cast<size_t>(nbytes));
-  s->set_data_ptr_noswap(std::move(fresh));
-  s->set_nbytes(static_cast<size_t>(nbytes));
+  // Allocate through the storage's own allocator (CPU, or the CUDA caching allocator on the
+  // current stream), the same on libtorch 1.13 and 2.x (see torch_compat.h).
+  torch_compat::reallocate_storage(s, static_cast<size_t>(nbytes));
 }
 
 at::Tensor storage_alias(const at::Tensor& base, int64_t offset, at::IntArrayRef shape) {

@@ -1,6 +1,14 @@
 // ShardedOptimizer: per-shard fused optimizer state and the decay masks over flat layouts.
 #include "shardtrain/fsdp/sharded_optimizer.h"
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "shardtrain/fsdp/device.h"
+#include "shardtrain/optim/adamw_cuda.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::fsdp {
@@ -21,6 +29,22 @@ ShardedOptimizer::ShardedOptimizer(Engine& engine, OptimizerConfig cfg)
     : engine_(engine), cfg_(std::move(cfg)), flats_(engine.flat_params()) {
   ST_USER_CHECK(cfg_.name == "adamw" || cfg_.name == "sgd", "unknown optimizer.name '", cfg_.name,
                 "' (adamw, sgd)");
+  on_device_ = !flats_.empty() && !flats_.front()->master.device().is_cpu();
+  if (on_device_) {
+    ST_USER_CHECK(cfg_.name == "adamw", "optimizer.name = '", cfg_.name, "' steps on the host only: with "
+                  "parameters on ", flats_.front()->master.device().str(), " use adamw or fsdp.cpu_offload = true");
+    cfg_.adamw.validate();
+    for (FlatParam* fp : flats_) {
+      masks_.push_back(shard_decay_mask(*fp, cfg_.no_decay));
+      const std::vector<int64_t> b = optim::decay_bounds(masks_.back(), cfg_.adamw);
+      DeviceState d;
+      d.exp_avg = at::zeros_like(fp->master);
+      d.exp_avg_sq = at::zeros_like(fp->master);
+      d.bounds = at::tensor(at::ArrayRef<int64_t>(b), at::TensorOptions().dtype(at::kLong)).to(fp->master.device());
+      dev_.push_back(std::move(d));
+    }
+    return;
+  }
   for (FlatParam* fp : flats_) {
     masks_.push_back(shard_decay_mask(*fp, cfg_.no_decay));
     if (cfg_.name == "adamw")
@@ -30,7 +54,82 @@ ShardedOptimizer::ShardedOptimizer(Engine& engine, OptimizerConfig cfg)
   }
 }
 
+void ShardedOptimizer::step_host_threaded(float lr) {
+  // Chunks of about 1/(4 threads) of all elements, cut at flat boundaries; each runs the Kokkos
+  // kernel (Serial: a plain loop on the calling thread, no shared state) on its element range.
+  struct Chunk {
+    size_t flat;
+    int64_t begin, end;
+  };
+  int64_t total = 0;
+  for (FlatParam* fp : flats_) total += fp->shard_numel;
+  const int threads = cfg_.host_threads;
+  const int64_t target = std::max<int64_t>(1 << 16, total / (4 * threads) + 1);
+  std::vector<Chunk> chunks;
+  for (size_t i = 0; i < flats_.size(); ++i)
+    for (int64_t b = 0; b < flats_[i]->shard_numel; b += target)
+      chunks.push_back({i, b, std::min(flats_[i]->shard_numel, b + target)});
+  const int64_t step = adamw_.front()->steps_taken() + 1;
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < chunks.size();) {
+      const Chunk& c = chunks[k];
+      FlatParam& fp = *flats_[c.flat];
+      optim::FusedAdamW& o = *adamw_[c.flat];
+      try {
+        optim::adamw_step(fp.master.data_ptr<float>() + c.begin, fp.grad_shard.data_ptr<float>() + c.begin,
+                          o.exp_avg() + c.begin, o.exp_avg_sq() + c.begin, c.end - c.begin,
+                          masks_[c.flat].restrict_to(c.begin, c.end), o.config(), lr, step);
+      } catch (...) {
+        std::lock_guard<std::mutex> l(error_mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+  for (auto& o : adamw_) o->set_steps_taken(step);
+}
+
+void ShardedOptimizer::step_on_device(float lr) {
+  const optim::AdamWScalars s = optim::adamw_scalars(cfg_.adamw, lr, device_steps_ + 1);
+  for (size_t i = 0; i < flats_.size(); ++i) {
+    FlatParam& fp = *flats_[i];
+    DeviceState& d = dev_[i];
+    if (optim::adamw_cuda_built()) {
+      optim::adamw_step_cuda(fp.master.data_ptr<float>(), fp.grad_shard.data_ptr<float>(),
+                             d.exp_avg.data_ptr<float>(), d.exp_avg_sq.data_ptr<float>(), fp.shard_numel,
+                             d.bounds.data_ptr<int64_t>(), d.bounds.numel(), s,
+                             current_cuda_stream(fp.master.device()));
+      continue;
+    }
+    // No nvcc in this build: the same update in libtorch operations (rounding may differ).
+    at::NoGradGuard no_grad;
+    if (cfg_.adamw.weight_decay != 0.0f)
+      for (const auto& r : masks_[i].ranges()) fp.master.narrow(0, r.begin, r.size()).mul_(s.decay_factor);
+    d.exp_avg.mul_(s.beta1).add_(fp.grad_shard, s.one_minus_beta1);
+    d.exp_avg_sq.mul_(s.beta2).addcmul_(fp.grad_shard, fp.grad_shard, s.one_minus_beta2);
+    fp.master.addcdiv_(d.exp_avg, d.exp_avg_sq.sqrt().add_(s.eps_scaled), s.neg_step_size);
+  }
+  ++device_steps_;
+}
+
 void ShardedOptimizer::step(float lr) {
+  if (on_device_) {
+    step_on_device(lr);
+    engine_.mark_params_updated();
+    return;
+  }
+  if (!adamw_.empty() && cfg_.host_threads > 1) {
+    step_host_threaded(lr);
+    engine_.mark_params_updated();
+    return;
+  }
   for (size_t i = 0; i < flats_.size(); ++i) {
     FlatParam& fp = *flats_[i];
     float* p = fp.master.data_ptr<float>();
@@ -44,30 +143,36 @@ void ShardedOptimizer::step(float lr) {
 }
 
 int64_t ShardedOptimizer::steps_taken() const {
+  if (on_device_) return device_steps_;
   if (!adamw_.empty()) return adamw_[0]->steps_taken();
   if (!sgd_.empty()) return sgd_[0]->steps_taken();
   return 0;
 }
 
 void ShardedOptimizer::set_steps_taken(int64_t steps) {
+  ST_CHECK(steps >= 0, "negative step count ", steps);
+  device_steps_ = steps;
   for (auto& o : adamw_) o->set_steps_taken(steps);
   for (auto& o : sgd_) o->set_steps_taken(steps);
 }
 
 int64_t ShardedOptimizer::state_bytes() const {
   int64_t b = 0;
+  for (auto& d : dev_) b += 2 * d.exp_avg.numel() * 4;
   for (auto& o : adamw_) b += 2 * o->size() * 4;
   for (auto& o : sgd_) b += (o->config().momentum != 0 ? o->size() * 4 : 0);
   return b;
 }
 
 std::vector<std::string> ShardedOptimizer::state_names() const {
-  if (!adamw_.empty()) return {"exp_avg", "exp_avg_sq"};
+  if (!adamw_.empty() || on_device_) return {"exp_avg", "exp_avg_sq"};
   if (!sgd_.empty() && cfg_.sgd.momentum != 0) return {"momentum"};
   return {};
 }
 
 float* ShardedOptimizer::state(size_t flat_index, size_t state_index) {
+  ST_CHECK(!on_device_, "optimizer state lives on ", flats_.front()->master.device().str(),
+           ": host access (checkpoints) needs fsdp.cpu_offload = true for now");
   if (!adamw_.empty())
     return state_index == 0 ? adamw_.at(flat_index)->exp_avg() : adamw_.at(flat_index)->exp_avg_sq();
   return sgd_.at(flat_index)->momentum_buffer();

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/torch_compat.h"
 
 namespace shardtrain::model {
 
@@ -105,6 +106,13 @@ at::Tensor Embedding::forward(const at::Tensor& ids) const {
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                      double dropout, bool training) {
+  // On CUDA with libtorch 2.x: the fused kernels (flash / memory-efficient), which never build
+  // the [T, S] score matrix. CPU keeps the explicit form below, so CPU results do not depend on
+  // the libtorch version.
+  if (torch_compat::has_fused_attention() && q.is_cuda() && (!causal || q.size(-2) == k.size(-2))) {
+    at::Tensor y = torch_compat::fused_attention(q, k, v, causal, training ? dropout : 0.0);
+    if (y.defined()) return y;
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
   if (causal) {

@@ -205,3 +205,24 @@ TEST(CommMpi, DestroyingTheCommFinishesOutstandingWork) {
   w->wait();
   EXPECT_EQ(t[99999].item<double>(), std::pow(double(n), 5));
 }
+
+// The default all_reduce_coalesced (MPI): one collective per tensor, in order, one Work.
+TEST(CommMpi, CoalescedAllReduceEqualsOneByOne) {
+  auto comm = world_comm();
+  const int n = world_size(), r = world_rank();
+  std::vector<at::Tensor> ts, want;
+  for (int i = 0; i < 9; ++i) {
+    ts.push_back(rank_values(r + i, 1 + 37 * i, at::kFloat));
+    at::Tensor w = at::zeros({1 + 37 * i}, at::kFloat);
+    for (int q = 0; q < n; ++q) w += rank_values(q + i, 1 + 37 * i, at::kFloat);
+    want.push_back(w / n);
+  }
+  auto work = comm->all_reduce_coalesced(ts, ReduceOp::Avg);
+  work->wait();
+  EXPECT_TRUE(work->is_completed());
+  EXPECT_EQ(work->seq(), 9u);
+  for (int i = 0; i < 9; ++i) EXPECT_TRUE(at::allclose(ts[i], want[i])) << i;
+  auto empty = comm->all_reduce_coalesced({}, ReduceOp::Sum);
+  empty->wait();
+  EXPECT_EQ(empty->seq(), 0u);
+}

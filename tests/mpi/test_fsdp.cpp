@@ -276,6 +276,100 @@ TEST(FsdpMixedPrecision, Bf16HybridZero2) {
   run_case(k, 0.02, 0, /*expect_loss_falls=*/true);
 }
 
+// fsdp.cpu_offload on a CPU device: nothing moves (host memory is the device), but the engine
+// runs the offload flow (masters never alias the unsharded storage, gradients are staged and
+// added into the host shards after backward). Parameters and losses must equal the plain run's
+// bit for bit, step after step.
+void run_offload_pair(const Case& k) {
+  optim::KokkosScope kokkos;
+  const int D = world_size(), r = world_rank();
+  if (k.simulate_ranks_per_host > 0 && D % k.simulate_ranks_per_host) GTEST_SKIP();
+  tiny::Config c;
+  const int64_t G = static_cast<int64_t>(D) * k.accum * kMicro;
+  struct Run {
+    Groups g;
+    std::unique_ptr<tiny::Model> model;
+    std::unique_ptr<fsdp::Engine> engine;
+    std::unique_ptr<fsdp::ShardedOptimizer> opt;
+  };
+  auto make = [&](bool offload) {
+    Run run;
+    run.g = make_groups(k);
+    run.model = std::make_unique<tiny::Model>(c, at::kMeta);
+    fsdp::EngineOptions eo;
+    eo.strategy = k.strategy;
+    eo.wrap_types = {run.model->blocks[0]->name()};
+    eo.ignored = k.ignored;
+    eo.activation_checkpointing = k.recompute;
+    eo.mp.param_dtype = k.dtype;
+    eo.mp.keep_fp32 = {"ln_"};
+    eo.backward_prefetch = k.prefetch;
+    eo.forward_prefetch = k.forward_prefetch;
+    eo.cpu_offload = offload;
+    run.engine = std::make_unique<fsdp::Engine>(*run.model, run.g.comms, eo, tiny::init_param);
+    fsdp::OptimizerConfig oc;
+    oc.adamw.beta2 = 0.95f;
+    oc.adamw.eps = static_cast<float>(kEps);
+    oc.adamw.weight_decay = 0.1f;
+    oc.no_decay = {"bias", "ln_"};
+    oc.host_threads = offload ? 3 : 1;  // the threaded host step must not change a bit either
+    run.opt = std::make_unique<fsdp::ShardedOptimizer>(*run.engine, oc);
+    return run;
+  };
+  Run base = make(false), off = make(true);
+  for (fsdp::FlatParam* fp : off.engine->flat_params()) {
+    EXPECT_TRUE(fp->offloaded);
+    EXPECT_FALSE(fp->aliases_master());
+    EXPECT_TRUE(fp->master.device().is_cpu());
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    at::Tensor batch = global_batch(c, G, step);
+    double losses[2] = {0, 0}, norms[2] = {0, 0};
+    Run* runs[2] = {&base, &off};
+    for (int w = 0; w < 2; ++w) {
+      Run& run = *runs[w];
+      run.engine->zero_grad();
+      for (int a = 0; a < k.accum; ++a) {
+        run.engine->set_last_micro_batch(a == k.accum - 1);
+        at::Tensor mine = batch.narrow(0, (static_cast<int64_t>(r) * k.accum + a) * kMicro, kMicro);
+        at::Tensor loss = run.model->loss(mine.narrow(1, 0, c.seq), mine.narrow(1, 1, c.seq)) / k.accum;
+        loss.backward();
+        losses[w] += loss.item<double>();
+      }
+      norms[w] = run.engine->clip_grad_norm(kClip);
+      run.opt->step(kLr);
+    }
+    EXPECT_EQ(losses[0], losses[1]) << k.name << " step " << step;
+    EXPECT_EQ(norms[0], norms[1]) << k.name << " step " << step;
+    auto pb = base.engine->flat_params(), po = off.engine->flat_params();
+    ASSERT_EQ(pb.size(), po.size());
+    for (size_t i = 0; i < pb.size(); ++i) {
+      EXPECT_TRUE(at::equal(pb[i]->master, po[i]->master)) << k.name << " step " << step << " flat " << i;
+      EXPECT_TRUE(at::equal(pb[i]->grad_shard, po[i]->grad_shard)) << k.name << " step " << step << " flat " << i;
+    }
+  }
+  if (k.strategy != fsdp::Strategy::NoShard)
+    for (int i = 0; i < off.engine->num_units(); ++i)
+      if (off.engine->unit_names()[i] != "<ignored>") EXPECT_EQ(off.engine->unit_live_bytes(i), 0);
+}
+
+TEST(FsdpCpuOffload, FullShardEqualsPlainRunBitForBit) {
+  run_offload_pair({"offload full_shard", fsdp::Strategy::FullShard});
+}
+TEST(FsdpCpuOffload, NoShardEqualsPlainRunBitForBit) {
+  run_offload_pair({"offload no_shard", fsdp::Strategy::NoShard});
+}
+TEST(FsdpCpuOffload, Bf16HybridZero2IgnoredRecomputeEqualsPlainRun) {
+  Case k{"offload hybrid_shard_zero2 bf16 ignored+recompute", fsdp::Strategy::HybridShardZero2};
+  k.dtype = at::kBFloat16;
+  k.simulate_ranks_per_host = world_size() % 2 == 0 ? 2 : 1;
+  k.ignored = {"wpe"};
+  k.recompute = true;
+  k.accum = 3;
+  k.forward_prefetch = true;
+  run_offload_pair(k);
+}
+
 // Under full_shard a block's unsharded storage holds 0 bytes outside its forward and
 // backward, and no more than limit_all_gathers unshards are ever in flight.
 TEST(FsdpMemory, BlocksFreeTheirStorageAndGathersAreLimited) {

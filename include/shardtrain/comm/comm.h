@@ -65,6 +65,10 @@ class Comm {
   virtual WorkPtr all_gather(const at::Tensor& out, const at::Tensor& in) = 0;
   virtual WorkPtr reduce_scatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op) = 0;
   virtual WorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op) = 0;
+  // All-reduces several tensors (each in place) as one group call: NCCL launches them inside
+  // one ncclGroupStart/End, so many small tensors cost one launch. The default (MPI) issues
+  // them one by one, in order. One Work for all (seq: the last one's; 0 when empty).
+  virtual WorkPtr all_reduce_coalesced(const std::vector<at::Tensor>& tensors, ReduceOp op);
   virtual WorkPtr broadcast(const at::Tensor& tensor, int root) = 0;
   virtual WorkPtr barrier() = 0;
 

@@ -42,6 +42,11 @@ struct MemoryStats {
   int64_t peak_grad_buffer_bytes = 0;
   int max_all_gathers_in_flight = 0;
   double exposed_comm_seconds = 0;  // training thread blocked on collectives, cumulative
+  // From the CUDA caching allocator of the engine's device (everything the process allocated
+  // there, not only the engine's buffers): torch.cuda.memory_allocated / max_memory_allocated.
+  // -1 on a CPU device.
+  int64_t device_allocated_bytes = -1;
+  int64_t device_peak_allocated_bytes = -1;
 };
 
 class Engine {
@@ -75,7 +80,10 @@ class Engine {
   // Unsharded parameter bytes currently allocated by unit i (0 when resharded).
   int64_t unit_live_bytes(int i) const;
   MemoryStats memory() const;
+  // Also resets the device allocator's peak (max_memory_allocated).
   void reset_peaks();
+  // The device the engine computes on (options().device, with an index for CUDA).
+  const c10::Device& device() const;
 
   // Internal, used by the hooks in src/fsdp.
   struct Impl;

@@ -26,7 +26,8 @@ struct ParamSlot {
 // L = padded/S, in fp32 (master weights, gradient shard, optimizer state). The
 // unsharded buffer `full` is in the compute dtype; its storage is allocated and
 // all-gathered on unshard and released to 0 bytes on reshard. When S == 1 and the
-// compute dtype is fp32, `full` and `master` share one storage and nothing is freed.
+// compute dtype is fp32, `full` and `master` share one storage and nothing is freed (not under
+// cpu_offload, where the master stays in host memory).
 class FlatParam {
  public:
   enum class State { Sharded, Gathering, Unsharded };
@@ -36,15 +37,16 @@ class FlatParam {
   int64_t numel = 0, padded = 0, shard_numel = 0;
   int shard_rank = 0, shard_size = 1;
 
-  at::Tensor master;      // fp32 [L]
-  at::Tensor grad_shard;  // fp32 [L], accumulates over micro-batches
-  at::Tensor full;        // dtype [padded]; storage 0 bytes while sharded
+  at::Tensor master;      // fp32 [L]            (host, pinned on CUDA, when offloaded)
+  at::Tensor grad_shard;  // fp32 [L], accumulates over micro-batches (host when offloaded)
+  at::Tensor full;        // dtype [padded] on the engine's device; storage 0 bytes while sharded
+  bool offloaded = false; // master and grad_shard kept apart from `full` (cpu_offload)
 
   State state = State::Sharded;
   bool stale = true;      // master changed since `full` was filled
   comm::WorkPtr gather_work;
 
-  bool aliases_master() const { return shard_size == 1 && dtype == at::kFloat; }
+  bool aliases_master() const { return shard_size == 1 && dtype == at::kFloat && !offloaded; }
   int64_t full_bytes() const { return padded * static_cast<int64_t>(c10::elementSize(dtype)); }
   // Bytes the unsharded storage holds right now (0 while sharded).
   int64_t live_full_bytes() const;

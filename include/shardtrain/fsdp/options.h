@@ -1,5 +1,6 @@
 // FSDP engine options: strategy, mixed precision, wrap policy, prefetch, recomputation.
 #pragma once
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
@@ -42,6 +43,16 @@ struct EngineOptions {
   bool forward_prefetch = false;
   int limit_all_gathers = 2;                 // unshards in flight at once
   bool activation_checkpointing = false;     // recompute each block unit in backward
+  // Where unsharded parameters, gradient buffers and the computation live: cpu, or a CUDA
+  // device (needs a CUDA libtorch). Masters, gradient shards and optimizer state live there
+  // too, unless cpu_offload.
+  c10::Device device = c10::kCPU;
+  // Masters, gradient shards and optimizer state in (pinned) host memory; each gather first
+  // copies the shard host->device on a side stream, gradients come back device->host, and the
+  // optimizer steps on the host (Kokkos). On a CPU device nothing moves, but the engine runs the
+  // same flow (separate master and unsharded storages, staged gradients), with results equal to
+  // the non-offloaded run's bit for bit.
+  bool cpu_offload = false;
 };
 
 }  // namespace shardtrain::fsdp
