@@ -84,7 +84,7 @@ std::string CheckpointManager::save(int64_t step, fsdp::Engine& engine, fsdp::Sh
   const std::string path = (fs::path(dir_) / file_name(step)).string();
   if (async_) {
     const bool rank0 = comm_rank(world_) == 0;
-    async_->start(path, staged_snapshot(engine, opt), state, info, opts_, [this, path, rank0] {
+    async_->start(path, staged_snapshot(engine, opt, staging_), state, info, opts_, [this, path, rank0] {
       if (rank0) commit(path);
     });
   } else {

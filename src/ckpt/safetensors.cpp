@@ -3,7 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <utility>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +25,9 @@ namespace {
 
 struct Fd {
   int fd = -1;
+  Fd() = default;
+  Fd(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
   ~Fd() { if (fd >= 0) ::close(fd); }
 };
 
@@ -38,6 +47,20 @@ int dtype_bytes(const std::string& d) {
                                                    {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U8", 1},   {"BOOL", 1}};
   auto it = sizes.find(d);
   return it == sizes.end() ? 0 : it->second;
+}
+
+// Floating-point dtypes a model can be imported from (converted to the fp32 masters on read;
+// Hugging Face checkpoints are mostly BF16 or F16).
+const std::map<std::string, at::ScalarType>& float_dtypes() {
+  static const std::map<std::string, at::ScalarType> m = {
+      {"F32", at::kFloat}, {"F64", at::kDouble}, {"F16", at::kHalf}, {"BF16", at::kBFloat16}};
+  return m;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
 }
 
 }  // namespace
@@ -100,6 +123,39 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
   return out;
 }
 
+std::vector<std::string> safetensors_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string index = path;
+  if (fs::is_directory(path)) {
+    index = (fs::path(path) / "model.safetensors.index.json").string();
+    if (!fs::exists(index)) {
+      const fs::path single = fs::path(path) / "model.safetensors";
+      if (fs::exists(single)) return {single.string()};
+      throw UserError("safetensors " + path + ": a directory without model.safetensors.index.json or model.safetensors");
+    }
+  } else if (path.size() < 5 || path.compare(path.size() - 5, 5, ".json") != 0) {
+    return {path};
+  }
+  std::ifstream in(index);
+  if (!in) throw UserError("safetensors index " + index + ": cannot open");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw UserError("safetensors index " + index + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw UserError("safetensors index " + index + ": needs an object \"weight_map\": {tensor: file}");
+  std::set<std::string> files;
+  for (auto& [name, f] : j["weight_map"].items()) {
+    if (!f.is_string() || f.get<std::string>().find('/') != std::string::npos)
+      throw UserError("safetensors index " + index + ": weight_map[\"" + name + "\"] must be a file name in the same directory");
+    files.insert((fs::path(index).parent_path() / f.get<std::string>()).string());
+  }
+  if (files.empty()) throw UserError("safetensors index " + index + ": weight_map is empty");
+  return {files.begin(), files.end()};
+}
+
 void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm world) {
   int rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
@@ -107,36 +163,61 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
   std::map<std::string, std::pair<fsdp::FlatParam*, const fsdp::ParamSlot*>> params;
   for (fsdp::FlatParam* fp : flats)
     for (const auto& s : fp->slots) params[s.name] = {fp, &s};
-  std::map<std::string, SafetensorsEntry> entries;
+  std::vector<std::string> files;
+  std::map<std::string, std::pair<size_t, SafetensorsEntry>> entries;  // name -> (file index, entry)
   // Check everything first; then every rank reads only what its shards cover.
   runtime::run_agreed(world, [&] {
-    for (auto& e : read_safetensors_header(path)) entries[e.name] = e;
+    files = safetensors_files(path);
+    for (size_t i = 0; i < files.size(); ++i)
+      for (auto& e : read_safetensors_header(files[i])) {
+        if (entries.count(e.name))
+          throw UserError("safetensors " + path + ": tensor '" + e.name + "' is in both " +
+                          files[entries[e.name].first] + " and " + files[i]);
+        entries[e.name] = {i, e};
+      }
     std::vector<std::string> extra;
     for (auto& [name, e] : entries)
       if (!params.count(name) && name != "lm_head.weight") extra.push_back(name);
     for (auto& [name, ps] : params) {
       auto it = entries.find(name);
       if (it == entries.end()) throw UserError("safetensors " + path + ": tensor '" + name + "' is missing");
-      if (it->second.dtype != "F32")
-        throw UserError("safetensors " + path + ": tensor '" + name + "' is " + it->second.dtype + ", need F32");
-      if (it->second.shape != ps.second->shape)
-        throw UserError("safetensors " + path + ": tensor '" + name + "' has another shape than the model's");
+      const SafetensorsEntry& e = it->second.second;
+      if (!float_dtypes().count(e.dtype))
+        throw UserError("safetensors " + path + ": tensor '" + name + "' is " + e.dtype +
+                        ", need a floating-point dtype (F32, BF16, F16, F64)");
+      if (e.shape != ps.second->shape)
+        throw UserError("safetensors " + path + ": tensor '" + name + "' has shape " + shape_text(e.shape) +
+                        ", the model's is " + shape_text(ps.second->shape) + " (is the deck's model the file's?)");
     }
     if (!extra.empty() && rank == 0)
       log::warn(log::fmt("safetensors ", path, ": ", extra.size(), " tensors are not model parameters, ignored (first: ",
                          extra[0], ")"));
   });
   runtime::run_agreed(world, [&] {
-    Fd f;
-    f.fd = ::open(path.c_str(), O_RDONLY);
-    if (f.fd < 0) throw UserError("safetensors " + path + ": cannot open");
+    std::vector<Fd> fds(files.size());
     for (fsdp::FlatParam* fp : flats) {
       const int64_t sb = static_cast<int64_t>(fp->shard_rank) * fp->shard_numel, se = sb + fp->shard_numel;
       float* master = fp->master.data_ptr<float>();
       for (const auto& s : fp->slots) {
         int64_t a = std::max(sb, s.offset), b = std::min(se, s.offset + s.numel);
         if (a >= b) continue;
-        pread_all(f.fd, master + (a - sb), (b - a) * 4, entries[s.name].begin + (a - s.offset) * 4, path);
+        const auto& [fi, e] = entries[s.name];
+        const std::string& file = files[fi];
+        if (fds[fi].fd < 0) {
+          fds[fi].fd = ::open(file.c_str(), O_RDONLY);
+          if (fds[fi].fd < 0) throw UserError("safetensors " + file + ": cannot open");
+        }
+        const int fd = fds[fi].fd;
+        if (e.dtype == "F32") {
+          pread_all(fd, master + (a - sb), (b - a) * 4, e.begin + (a - s.offset) * 4, file);
+          continue;
+        }
+        // Other float dtypes: read this rank's slice as stored, widen into the master shard.
+        const at::ScalarType st = float_dtypes().at(e.dtype);
+        const int64_t eb = dtype_bytes(e.dtype);
+        at::Tensor raw = at::empty({b - a}, at::TensorOptions().dtype(st));
+        pread_all(fd, raw.data_ptr(), (b - a) * eb, e.begin + (a - s.offset) * eb, file);
+        at::from_blob(master + (a - sb), {b - a}, at::TensorOptions().dtype(at::kFloat)).copy_(raw);
       }
     }
   });

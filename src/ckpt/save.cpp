@@ -144,6 +144,8 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
     ST_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
     H5Id dxpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
     ST_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+    H5Id data_dxpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
+    ST_H5_CHECK(H5Pset_dxpl_mpio(data_dxpl, opts.collective_data ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT));
 
     // Groups first so that /model, /optim, /train exist even for an empty model.
     for (const char* g : {kModelGroup, kOptimGroup, kTrainGroup}) {
@@ -171,8 +173,10 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
         select_piece(fs, p.shape, p.own);
         H5Id ms(piece_mem_space(p.own), H5Sclose);
         const float* src = p.own.numel() ? base + p.own.shard_offset : base;
-        // Empty parameters: no transfer at all (every rank knows the shape).
-        if (shape_numel(p.shape) > 0) ST_H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, src));
+        // Collective: every rank takes part (empty parameters: no transfer at all, every rank
+        // knows the shape). Independent: only ranks with a piece write.
+        if (opts.collective_data ? shape_numel(p.shape) > 0 : p.own.numel() > 0)
+          ST_H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, data_dxpl, src));
         Digest dg;
         if (p.own.numel()) dg.add(src, p.own.numel(), 4, p.own.lo);
         size_t slot = (i * (1 + ns) + k) * 2;

@@ -34,16 +34,21 @@ Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
   return s;
 }
 
-Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
+Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, std::vector<std::vector<float>>& pool) {
   Snapshot s = view_snapshot(engine, opt);
+  size_t next = 0;
   for (FlatView& v : s.flats) {
     auto stage = [&](float*& p) {
-      s.owned.emplace_back(p, p + v.shard_numel);
-      p = s.owned.back().data();
+      if (pool.size() <= next) pool.emplace_back();
+      std::vector<float>& buf = pool[next++];
+      buf.resize(static_cast<size_t>(v.shard_numel));
+      if (v.shard_numel) std::memcpy(buf.data(), p, static_cast<size_t>(v.shard_numel) * sizeof(float));
+      p = buf.data();
     };
     stage(v.master);
     for (float*& p : v.states) stage(p);
   }
+  pool.resize(next);
   return s;
 }
 

@@ -1,4 +1,4 @@
-// `shardtrain ckpt inspect|verify|consolidate|export`: offline tools for checkpoint files.
+// `shardtrain ckpt inspect|verify|consolidate|export|import`: tools for checkpoint files.
 #include <iostream>
 #include <memory>
 
@@ -6,6 +6,7 @@
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/train/import.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::cli {
@@ -13,6 +14,7 @@ namespace {
 
 struct CkptArgs {
   std::string file, out, format = "safetensors";
+  DeckArgs deck;
 };
 
 // Serial tools run on rank 0; run_agreed makes every rank end with rank 0's error.
@@ -57,6 +59,20 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
   exp->add_option("--format", a->format, "output format")->check(CLI::IsMember({"safetensors"}));
   exp->callback([&selected, a] {
     selected = [a](runtime::Runtime& rt) { return on_rank0(rt, [&] { ckpt::export_safetensors(a->file, a->out); }); };
+  });
+
+  auto* imp = ck->add_subcommand(
+      "import", "Shard a safetensors model into a step-0 checkpoint for a deck (run under mpirun: each rank reads only its slices)");
+  imp->add_option("FILE", a->file, "input .safetensors (F32; Hugging Face names for GPT-2)")->required();
+  imp->add_option("OUT", a->out, "output checkpoint (.h5)")->required();
+  imp->add_option("--deck", a->deck.path, "the deck of the run that will train it (model, strategy)")->required();
+  imp->add_option("--set", a->deck.overrides, "Override a deck key (repeatable)")->type_name("KEY=VALUE")->allow_extra_args(false);
+  imp->callback([&selected, a] {
+    selected = [a](runtime::Runtime& rt) {
+      deck::Deck d = load_deck_agreed(a->deck, rt.world());
+      train::import_safetensors(rt, d, a->file, a->out);
+      return kExitOk;
+    };
   });
 }
 

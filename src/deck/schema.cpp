@@ -157,6 +157,10 @@ std::vector<KeySpec> build_schema() {
     Str("checkpoint.resume", "auto", "auto = latest in checkpoint.dir if any, never, or a checkpoint path")
         .non_empty(),
     Bool("checkpoint.async", false, "write checkpoints in the background while training continues"),
+    Str("checkpoint.init_from", "",
+        "safetensors file, Hugging Face index .json or model directory whose weights start a fresh run "
+        "(fine-tuning; F32/BF16/F16); each rank reads only its shards; "
+        "ignored when resuming; \"\" = initialise from run.seed"),
   };
 }
 

@@ -16,6 +16,7 @@
 #include "resume_state.h"
 #include "save_schedule.h"
 #include "shardtrain/ckpt/manager.h"
+#include "shardtrain/ckpt/tools.h"
 #include "spec_json.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
@@ -238,6 +239,19 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
       std::printf("# starting fresh (checkpoint.resume = \"%s\"); checkpoints in %s\n",
                   d.get_string("checkpoint.resume").c_str(), ckpts.dir().c_str());
       std::fflush(stdout);
+    }
+    const std::string init_from = d.get_string("checkpoint.init_from");
+    if (!init_from.empty()) {
+      Timer load_timer;
+      runtime::run_agreed(world, [&] {  // a clear error before any collective read
+        for (const std::string& f : ckpt::safetensors_files(init_from)) ckpt::read_safetensors_header(f);
+      });
+      ckpt::load_safetensors(init_from, engine, world);
+      if (rt.rank() == 0) {
+        std::printf("# initial weights from %s (checkpoint.init_from), read in %.2f s\n", init_from.c_str(),
+                    load_timer.seconds());
+        std::fflush(stdout);
+      }
     }
   }
 

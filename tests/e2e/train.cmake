@@ -1,6 +1,6 @@
 # Checkpoints in the training job, end to end: exact resume (max_steps split, SIGUSR1 -> exit
 # 42), resharding on resume (4 -> 2, 3 ranks, hybrid_shard) and faults (kill -9 mid-step and
-# mid-write, damaged checkpoints). Bash scripts in train/, tiny GPT on byte tokens.
+# mid-write, damaged checkpoints), safetensors import / init_from. Bash scripts in train/, tiny GPT on byte tokens.
 if(TARGET shardtrain)
   find_program(SHARDTRAIN_H5DIFF h5diff)
   # LD_PRELOAD shim that stalls a rank inside a checkpoint write (e2e_train_fault_kill).
@@ -20,4 +20,5 @@ if(TARGET shardtrain)
   add_train_e2e_test(e2e_train_reshard_resume reshard_resume.sh 4 "ckpt")
   add_train_e2e_test(e2e_train_fault_kill fault_kill.sh 2 "ckpt;fault")
   add_train_e2e_test(e2e_train_fault_corrupt fault_corrupt.sh 2 "ckpt;fault")
+  add_train_e2e_test(e2e_train_import_finetune import_finetune.sh 3 "ckpt")
 endif()

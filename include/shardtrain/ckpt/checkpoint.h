@@ -37,6 +37,11 @@ struct SaveOptions {
   bool split_replicas = true;
   // Write `path.tmp`, then rename (the atomic commit). False writes `path` directly.
   bool atomic = true;
+  // Parameter and optimizer data: independent MPI-IO writes (false; each rank's piece of a
+  // dataset is one contiguous file range, so no two-phase exchange is needed and ranks do not
+  // wait for each other 3 x #params times) or collective ones (true). Metadata is always
+  // collective. bench_ckpt compares both.
+  bool collective_data = false;
 };
 
 struct IoStats {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "shardtrain/ckpt/checkpoint.h"
 
@@ -51,6 +52,7 @@ class CheckpointManager {
   MPI_Comm world_;
   SaveOptions opts_;
   std::unique_ptr<AsyncWriter> async_;
+  std::vector<std::vector<float>> staging_;  // host copies for the background writer, reused
   double last_stall_s_ = 0;
 };
 

@@ -30,14 +30,15 @@ struct Snapshot {
   std::string optimizer;                 // "adamw" | "sgd"
   std::vector<std::string> state_names;  // e.g. exp_avg, exp_avg_sq
   int64_t optimizer_steps = 0;
-  std::vector<std::vector<float>> owned; // host copies when staged
 };
 
 // Views into the engine's masters and the optimizer's state (no copy). Loading writes
 // through these pointers.
 Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt);
-// Host copies of the same (for background writes while training continues).
-Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt);
+// Host copies of the same (for background writes while training continues), in `pool`:
+// grown as needed and reused across saves, so a save does not pay for fresh page faults.
+// The snapshot points into pool, which must outlive it.
+Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, std::vector<std::vector<float>>& pool);
 // Bytes of parameter and state data the snapshot's datasets hold in the file (whole model).
 int64_t snapshot_file_bytes(const Snapshot& s);
 

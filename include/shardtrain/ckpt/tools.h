@@ -30,11 +30,18 @@ struct SafetensorsEntry {
 // shapes and dtypes). UserError naming the file on any problem.
 std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path);
 
+// The files of a safetensors source: a .safetensors file; a Hugging Face index
+// (`model.safetensors.index.json`, its weight_map naming files in the same directory); or a
+// directory holding either that index or `model.safetensors`. UserError naming what is wrong.
+std::vector<std::string> safetensors_files(const std::string& path);
+
 // Collective over world: every rank reads only its shards' slices (by file offset) of
-// every parameter of the engine from a safetensors file (F32). Missing tensors or wrong
+// every parameter of the engine from a safetensors file (F32, or BF16/F16/F64 widened to the
+// fp32 masters). Missing tensors, non-float dtypes or wrong
 // shapes are a UserError on every rank; "lm_head.weight" is skipped when the model has no
 // such parameter (GPT-2 ties it to the token embedding); other extras are listed in a
 // warning. Marks parameters updated.
+// `path` is any source safetensors_files accepts (sharded Hugging Face checkpoints included).
 void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm world);
 
 }  // namespace shardtrain::ckpt

@@ -4,7 +4,7 @@
 // SHARDTRAIN_TEST_STALL_FILE=<substring of the HDF5 file name> and
 // SHARDTRAIN_TEST_STALL_RANK=<MPI rank>: on that rank, the 3rd H5Dwrite into a matching file
 // (some datasets written, the others not) writes its pid to SHARDTRAIN_TEST_STALL_MARKER and
-// sleeps until killed. Its peers wait inside the same collective write. Symbols are looked
+// sleeps until killed. Its peers wait at the next collective HDF5 call (dataset creation). Symbols are looked
 // up at run time: the shim links against nothing (the process has parallel HDF5 loaded).
 #include <dlfcn.h>
 #include <unistd.h>

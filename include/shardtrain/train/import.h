@@ -1,0 +1,19 @@
+// import_safetensors: a safetensors file -> a step-0 shardtrain checkpoint for a deck's model.
+#pragma once
+#include <string>
+
+#include "shardtrain/deck/deck.h"
+#include "shardtrain/runtime/runtime.h"
+
+namespace shardtrain::train {
+
+// Collective over the world. Builds the deck's model and strategy exactly as `train` would
+// (on the meta device, one unit at a time), reads each rank's shard slices of every
+// parameter from `in` (no rank ever holds the whole model), and writes `out` as a complete
+// checkpoint at step 0: the imported weights, zero optimizer state and the training state a
+// fresh run has. Resuming from it (checkpoint.resume = out) trains exactly like a fresh run
+// with checkpoint.init_from = in. UserError (every rank) on a missing tensor, a wrong shape,
+// an unreadable file; `out` is written atomically (nothing is left behind on failure).
+void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::string& in, const std::string& out);
+
+}  // namespace shardtrain::train
