@@ -149,6 +149,10 @@ int main(int argc, char** argv) {
   const double gb = static_cast<double>(bytes) / 1e9;
 
   double t_save = best_of(reps, [&] { return ckpt::save_checkpoint(ck, *full.engine, *full.opt, st, {}, MPI_COMM_WORLD).seconds; });
+  ckpt::SaveOptions coll;
+  coll.collective_data = true;
+  double t_save_coll =
+      best_of(reps, [&] { return ckpt::save_checkpoint(ck, *full.engine, *full.opt, st, {}, MPI_COMM_WORLD, coll).seconds; });
   double t_raw_w = best_of(reps, [&] { return raw_io(raw, bytes / 4, true, false); });
   double t_load = best_of(reps, [&] { return ckpt::load_checkpoint(ck, *full.engine, *full.opt, st, MPI_COMM_WORLD).seconds; });
   double t_raw_r = best_of(reps, [&] { return raw_io(raw, bytes / 4, false, false); });
@@ -159,7 +163,8 @@ int main(int argc, char** argv) {
     std::printf("bench_ckpt: %d ranks, %.3f GB per checkpoint (%lld params, adamw), dir %s, best of %d\n", g_size, gb,
                 static_cast<long long>(bytes / 12), dir.c_str(), reps);
     std::printf("  %-44s %8s %8s\n", "", "s", "GB/s");
-    std::printf("  %-44s %8.3f %8.2f\n", "save (full_shard)", t_save, gb / t_save);
+    std::printf("  %-44s %8.3f %8.2f\n", "save (full_shard, independent data writes)", t_save, gb / t_save);
+    std::printf("  %-44s %8.3f %8.2f\n", "save (full_shard, collective data writes)", t_save_coll, gb / t_save_coll);
     std::printf("  %-44s %8.3f %8.2f   save/raw %.2f\n", "raw collective write, 1-D, same bytes", t_raw_w, gb / t_raw_w,
                 t_raw_w / t_save);
     std::printf("  %-44s %8.3f %8.2f\n", "raw write, chunked 1M + Fletcher32", t_fl, gb / t_fl);
@@ -182,22 +187,45 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Step stall: what save() costs the training loop, sync vs async (background write).
-  for (bool async : {false, true}) {
-    const std::string mdir = dir + (async ? "/async" : "/sync");
-    ckpt::CheckpointManager mgr(mdir, 2, MPI_COMM_WORLD, async);
-    double stall = 1e30, total = 0;
-    for (int i = 0; i < reps; ++i) {
-      Timer t;
-      mgr.save(i + 1, *full.engine, *full.opt, st, {});
-      stall = std::min(stall, mgr.last_stall_seconds());
-      // "Training" between saves: long enough for the background write to finish.
-      if (async) { Timer w; mgr.wait(); total += w.seconds(); }
+  // Training stall: real steps (forward, backward, AdamW) with a save every `every` steps,
+  // without saves, with synchronous and with asynchronous saves; the stall per save is the
+  // extra wall time divided by the number of saves (the background writer competes with the
+  // training for the same cores, which this includes).
+  const int steps = std::max(4, 2 * reps + 2), every = 2;
+  at::Tensor tokens = at::randint(c.vocab, {8, c.seq}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor targets = at::roll(tokens, {-1}, {1});
+  auto train = [&](int mode) {  // 0 no saves, 1 sync, 2 async
+    const std::string mdir = dir + "/stall" + std::to_string(mode);
+    std::unique_ptr<ckpt::CheckpointManager> mgr;
+    if (mode) mgr = std::make_unique<ckpt::CheckpointManager>(mdir, 2, MPI_COMM_WORLD, mode == 2);
+    double max_save_call = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    Timer t;
+    for (int i = 1; i <= steps; ++i) {
+      full.engine->set_last_micro_batch(true);
+      full.engine->zero_grad();
+      full.model->loss(tokens, targets).backward();
+      full.opt->step(1e-4);
+      full.engine->mark_params_updated();
+      if (mgr && i % every == 0) {
+        mgr->save(i, *full.engine, *full.opt, st, {});
+        max_save_call = std::max(max_save_call, mgr->last_stall_seconds());
+      }
     }
-    mgr.wait();
-    if (g_rank == 0)
-      std::printf("  %-44s %8.3f          %s\n", async ? "step stall per save, async" : "step stall per save, sync", stall,
-                  async ? "(host staging copy; write continues in background)" : "");
+    if (mgr) mgr->wait();
+    MPI_Barrier(MPI_COMM_WORLD);
+    return std::make_pair(t.seconds(), max_save_call);
+  };
+  train(0);  // warm-up
+  const double base = train(0).first;
+  const auto sync = train(1), async = train(2);
+  const int saves = steps / every;
+  if (g_rank == 0) {
+    std::printf("  %-44s %8.3f          (%d steps, no saves)\n", "training time", base, steps);
+    std::printf("  %-44s %8.3f          save() blocked %.3f s\n", "step stall per save, sync",
+                (sync.first - base) / saves, sync.second);
+    std::printf("  %-44s %8.3f          save() blocked %.3f s (host staging copy)\n", "step stall per save, async",
+                (async.first - base) / saves, async.second);
   }
   if (g_rank == 0) std::filesystem::remove_all(dir);
   return 0;
