@@ -2,9 +2,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstring>
 
 #include "command.h"
 #include "shardtrain/runtime/runtime.h"
+#include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
 
@@ -12,6 +14,14 @@ using namespace shardtrain;
 
 int main(int argc, char** argv) {
   int code = kExitOk;
+  // `train`: record SIGUSR1/SIGTERM from the first instruction on. A batch system's stop signal
+  // that lands during MPI start-up or deck loading must become "checkpoint at the first step
+  // boundary, exit 42", not the default action (killing the rank, which kills the job).
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] == '-') continue;
+    if (std::strcmp(argv[i], "train") == 0) train::install_stop_signal_handlers();
+    break;
+  }
   try {
     runtime::Runtime rt(&argc, &argv);
     CLI::App app{"shardtrain: fully sharded data-parallel training (FSDP / ZeRO-3, hybrid "
