@@ -1,0 +1,41 @@
+# GPU tests (label gpu; scripts/gpu-check runs `ctest -L gpu`). On a machine or build that cannot
+# run them (no GPU, a CPU libtorch, no NCCL) they exit 77 and CTest reports them as skipped.
+set(SHARDTRAIN_GPU_SKIP 77)
+add_library(shardtrain_gpu_gtest STATIC ${CMAKE_CURRENT_LIST_DIR}/gpu_test_main.cpp)
+target_link_libraries(shardtrain_gpu_gtest PUBLIC GTest::gtest shardtrain::runtime)
+
+# The CUDA AdamW kernel against Kokkos, bit for bit (needs nvcc for the kernel, cudart to run).
+if(SHARDTRAIN_HAVE_CUDA_KERNELS)
+  add_executable(test_gpu_adamw ${CMAKE_CURRENT_LIST_DIR}/test_gpu_adamw.cpp)
+  target_link_libraries(test_gpu_adamw PRIVATE shardtrain::optim CUDA::cudart GTest::gtest)
+  add_test(NAME gpu_adamw_cuda COMMAND test_gpu_adamw)
+  set_tests_properties(gpu_adamw_cuda PROPERTIES LABELS "gpu;unit" TIMEOUT 120
+                       SKIP_RETURN_CODE ${SHARDTRAIN_GPU_SKIP})
+endif()
+
+# NCCL collectives and the engine on CUDA use c10::cuda: a CUDA libtorch only.
+if(SHARDTRAIN_TORCH_CUDA)
+  foreach(t nccl engine)
+    add_executable(test_gpu_${t} ${CMAKE_CURRENT_LIST_DIR}/test_gpu_${t}.cpp)
+    target_link_libraries(test_gpu_${t} PRIVATE shardtrain_gpu_gtest shardtrain::fsdp)
+    shardtrain_torch_pch(test_gpu_${t})
+  endforeach()
+  add_mpi_test(NAME gpu_nccl TARGET test_gpu_nccl NP 1 2 LABELS gpu TIMEOUT 300)
+  add_mpi_test(NAME gpu_engine TARGET test_gpu_engine NP 1 2 LABELS gpu TIMEOUT 300)
+  foreach(name gpu_nccl_np1 gpu_nccl_np2 gpu_engine_np1 gpu_engine_np2)
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE ${SHARDTRAIN_GPU_SKIP})
+  endforeach()
+else()
+  if(TARGET shardtrain_fsdp_device_cuda_check)
+    # Compiled (not linked) against this libtorch's c10/cuda headers, as src/fsdp does for
+    # device.cpp, so that CI catches compile errors in the tests it cannot run.
+    add_library(shardtrain_gpu_tests_compile_check OBJECT
+      ${CMAKE_CURRENT_LIST_DIR}/test_gpu_nccl.cpp ${CMAKE_CURRENT_LIST_DIR}/test_gpu_engine.cpp)
+    target_include_directories(shardtrain_gpu_tests_compile_check PRIVATE ${PROJECT_BINARY_DIR}/src/fsdp/torch_cuda_shim)
+    target_link_libraries(shardtrain_gpu_tests_compile_check PRIVATE shardtrain::fsdp GTest::gtest CUDA::cudart)
+  endif()
+  # Say so in the gpu label instead of silently having fewer tests.
+  add_test(NAME gpu_torch_cuda COMMAND ${CMAKE_COMMAND} -E echo
+           "SKIP: gpu_nccl and gpu_engine need a CUDA libtorch (-DTorch_DIR=...); this build has ${Torch_VERSION} CPU")
+  set_tests_properties(gpu_torch_cuda PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "^SKIP:")
+endif()
