@@ -338,7 +338,8 @@ struct Engine::Impl {
     if (dev->is_cuda()) {
       dev->side_waits_compute();  // `reduced` is final on the compute stream
       d.source = reduced;
-      d.staging = at::empty({reduced.numel()}, fp.grad_shard.options());  // pinned host, fp32
+      // Pinned (a tensor's options() do not carry that), so the copy is asynchronous.
+      d.staging = at::empty({reduced.numel()}, fp.grad_shard.options().pinned_memory(true));
       {
         DeviceRuntime::SideScope side(*dev);
         d.staging.copy_(reduced, /*non_blocking=*/true);
