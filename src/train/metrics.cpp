@@ -50,6 +50,7 @@ void MetricsLog::log_step(const StepRecord& r) {
   if (!enabled_) return;
   step_ms_.push_back(r.step_ms);
   items_per_s_.push_back(r.items_per_s);
+  peak_tensor_bytes_ = std::max(peak_tensor_bytes_, r.peak_tensor_bytes);
   std::printf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %9.0f %s | %7.1f ms | %.3f TFLOP/s | "
               "MFU %4.1f%% | comm %3.0f%% | mem %.2f GiB\n",
               static_cast<long long>(r.step), static_cast<long long>(r.max_steps), r.loss, r.lr, r.grad_norm,
@@ -66,6 +67,7 @@ void MetricsLog::log_step(const StepRecord& r) {
                       {"mfu", r.mfu},
                       {"comm_share", r.comm_share},
                       {"peak_mem_bytes", r.peak_mem_bytes},
+                      {"peak_tensor_bytes", r.peak_tensor_bytes},
                       {"tokens_seen", r.tokens_seen}};
   if (!r.items_are_tokens) j["tokens_per_s"] = r.items_per_s;  // the key tools expect; here: samples
   out_ << j.dump() << "\n";
@@ -97,6 +99,7 @@ void MetricsLog::write_summary(const std::string& json_path, int warmup, double 
                       {"median_step_ms", median(ms)},
                       {items_are_tokens ? "tokens_per_s" : "samples_per_s", median(ips)},
                       {"final_loss", final_loss}};
+  if (peak_tensor_bytes_ > 0) j["peak_tensor_bytes"] = peak_tensor_bytes_;
   if (val_loss) j["val_loss"] = *val_loss;
   if (val_acc) j["val_acc"] = *val_acc;
   std::ofstream f(json_path);

@@ -25,6 +25,7 @@
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/runtime/topology.h"
+#include "shardtrain/train/alloc_tracker.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/peak_flops.h"
 #include "shardtrain/train/setup.h"
@@ -96,6 +97,8 @@ EvalResult evaluate(model::Model& m, const DataSource& data, int64_t max_batches
 
 int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   MPI_Comm world = rt.world();
+  // Counts every CPU tensor allocation from here on (peak_tensor_bytes in the metrics).
+  install_alloc_tracker();
   optim::KokkosScope kokkos;
   install_stop_signal_handlers();
 
@@ -170,6 +173,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   Timer wrap_timer;
   fsdp::Engine engine(*net, comms.engine(), eopts, init);
   fsdp::ShardedOptimizer optimizer(engine, opt_cfg);
+  const int64_t optim_state_bytes = optimizer.state_bytes();  // host vectors, not tensors
   const int64_t params = model::parameter_count(spec);
 
   const double peak_tflops = d.get_float("log.peak_tflops") > 0
@@ -332,6 +336,8 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
       r.mfu = peak_tflops > 0 ? r.tflops / peak_tflops : 0;
       r.comm_share = step_s > 0 ? comm_s / step_s : 0;
       r.peak_mem_bytes = static_cast<int64_t>(allreduce(static_cast<double>(read_process_memory().hwm_bytes), MPI_MAX, world));
+      r.peak_tensor_bytes = static_cast<int64_t>(
+          allreduce(static_cast<double>(alloc_counters().peak_bytes + optim_state_bytes), MPI_MAX, world));
       r.tokens_seen = tokens_seen;
       metrics.log_step(r);
       window_s = window_comm = 0;

@@ -19,6 +19,7 @@ struct StepRecord {
   double mfu = 0;               // tflops / peak per rank
   double comm_share = 0;        // exposed communication / step time
   int64_t peak_mem_bytes = 0;   // max over ranks of the process peak RSS
+  int64_t peak_tensor_bytes = 0;  // max over ranks: peak CPU tensor bytes since start + optimizer state
   int64_t tokens_seen = 0;
 };
 
@@ -45,6 +46,7 @@ class MetricsLog {
   bool enabled_;
   std::ofstream out_;
   std::vector<double> step_ms_, items_per_s_;
+  int64_t peak_tensor_bytes_ = 0;
 };
 
 }  // namespace shardtrain::train
