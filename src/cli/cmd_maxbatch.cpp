@@ -1,0 +1,234 @@
+// `shardtrain maxbatch DECK`: the largest micro-batch (or model depth) that trains under a
+// per-rank memory limit, by doubling then bisection; every probe is real training steps.
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "command.h"
+#include "shardtrain/optim/kokkos_scope.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/train/alloc_tracker.h"
+#include "shardtrain/train/memory_plan.h"
+#include "shardtrain/train/probe.h"
+#include "shardtrain/train/setup.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
+
+namespace shardtrain::cli {
+namespace {
+
+struct MaxBatchArgs {
+  DeckArgs deck;
+  std::vector<std::string> strategies;
+  std::string memory_limit;
+  std::string vary = "micro_batch";
+  int64_t max_value = 4096;
+  int steps = 2;
+};
+
+int64_t mem_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  for (std::string line; std::getline(f, line);) {
+    long long kb = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %lld kB", &kb) == 1) return kb * 1024;
+  }
+  return 0;
+}
+
+struct Row {
+  fsdp::Strategy strategy;
+  int64_t best = 0;            // largest value that fits (0: not even the smallest)
+  train::ProbeResult at_best;  // its probe
+  int64_t planned_best = 0;
+  int64_t params_at_best = 0;
+  int probes = 0;
+};
+
+int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
+  deck::Deck d = load_deck_agreed(a.deck, rt.world());
+  std::vector<fsdp::Strategy> strategies;
+  int64_t limit = 0;
+  model::ModelSpec base;
+  train::BatchPlan bp;
+  const bool vary_layers = a.vary == "n_layers";
+  runtime::run_agreed(rt.world(), [&] {
+    ST_USER_CHECK(a.vary == "micro_batch" || a.vary == "n_layers", "--vary '", a.vary,
+                  "': expected micro_batch or n_layers");
+    for (const auto& s : a.strategies) {
+      std::stringstream ss(s);
+      for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty()) strategies.push_back(fsdp::parse_strategy(item));
+    }
+    if (strategies.empty()) strategies.push_back(fsdp::parse_strategy(d.get_string("parallel.strategy")));
+    base = train::model_spec_from_deck(d);
+    bp = train::plan_batches(d, rt.size());
+    if (!a.memory_limit.empty()) limit = train::parse_bytes(a.memory_limit, "--memory-limit");
+  });
+  optim::KokkosScope kokkos;
+  train::install_alloc_tracker();
+  const int threads = train::probe_threads(rt.world(), d);
+  at::set_num_threads(threads);
+  if (limit == 0) {
+    // Default: 80% of the memory available now, shared by the ranks of each host.
+    MPI_Comm local = MPI_COMM_NULL;
+    ST_MPI_CHECK(MPI_Comm_split_type(rt.world(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
+    int local_size = 1;
+    ST_MPI_CHECK(MPI_Comm_size(local, &local_size));
+    ST_MPI_CHECK(MPI_Comm_free(&local));
+    long long mine = static_cast<long long>(0.8 * mem_available_bytes() / local_size), least = 0;
+    ST_MPI_CHECK(MPI_Allreduce(&mine, &least, 1, MPI_LONG_LONG, MPI_MIN, rt.world()));
+    limit = least;
+  }
+  const int sim = static_cast<int>(d.get_int("parallel.simulate_ranks_per_host"));
+  const int rph = sim > 0 ? sim : rt.size();
+  const char* what = vary_layers ? "n_layers" : "micro-batch";
+  if (rt.rank() == 0) {
+    std::printf("# shardtrain maxbatch: %s %lld x %lld (%s), %d ranks, limit %s per rank (tensor bytes + optimizer "
+                "state, counted by the program's allocator), %d step%s per probe; varying %s\n",
+                base.arch.c_str(), static_cast<long long>(base.n_layers), static_cast<long long>(base.d_model),
+                vary_layers ? "layers varied" : "deck's depth", rt.size(), train::format_bytes(limit).c_str(), a.steps,
+                a.steps > 1 ? "s" : "", what);
+    std::fflush(stdout);
+  }
+
+  auto spec_for = [&](int64_t v) {
+    model::ModelSpec s = base;
+    if (vary_layers) s.n_layers = v;
+    return s;
+  };
+  std::vector<Row> rows;
+  for (fsdp::Strategy st : strategies) {
+    Row row;
+    row.strategy = st;
+    // The planner's answer, by the same search (cheap: no steps).
+    train::PlanSettings ps;
+    runtime::run_agreed(rt.world(), [&] { ps = train::plan_settings_from_deck(d, rt.size(), rph); });
+    ps.threads = threads;
+    auto planned_fits = [&](int64_t v) {
+      train::PlanSettings q = ps;
+      q.spec = spec_for(v);
+      if (!vary_layers) q.micro_batch = v;
+      return train::plan_strategy(q, st).mem.total <= limit;
+    };
+    auto planned_peak = [&](int64_t v) {
+      train::PlanSettings q = ps;
+      q.spec = spec_for(v);
+      if (!vary_layers) q.micro_batch = v;
+      return train::plan_strategy(q, st).mem.total;
+    };
+    {
+      int64_t lo = 0, hi = 0, v = 1;
+      for (;;) {
+        if (planned_fits(v)) {
+          lo = v;
+          if (v >= a.max_value) break;
+          v = std::min(2 * v, a.max_value);
+        } else {
+          hi = v;
+          break;
+        }
+      }
+      while (hi > 0 && hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        (planned_fits(mid) ? lo : hi) = mid;
+      }
+      row.planned_best = lo;
+    }
+
+    auto probe = [&](int64_t v) {
+      train::ProbeOptions o;
+      o.spec = spec_for(v);
+      o.strategy = st;
+      o.micro_batch = vary_layers ? bp.micro_batch : v;
+      o.grad_accum = 1;
+      o.steps = a.steps;
+      o.memory_limit = limit;
+      const train::ProbeResult r = train::run_probe(rt.world(), d, o);
+      ++row.probes;
+      if (rt.rank() == 0) {
+        std::printf("probe %-18s %s %5lld: peak %11s (planned %11s), step %7.2f s -> %s\n", fsdp::to_string(st), what,
+                    static_cast<long long>(v), train::format_bytes(r.peak_bytes).c_str(),
+                    train::format_bytes(planned_peak(v)).c_str(), r.step_s, r.fits ? "fits" : "over the limit");
+        std::fflush(stdout);
+      }
+      if (r.fits && v > row.best) {
+        row.best = v;
+        row.at_best = r;
+        row.params_at_best = model::parameter_count(o.spec);
+      }
+      return r.fits;
+    };
+    // Doubling from 1 until a probe fails (or --max), then bisection between the last
+    // success and the first failure. All ranks take the same branches (agreed verdicts).
+    int64_t lo = 0, hi = 0, v = 1;
+    for (;;) {
+      if (probe(v)) {
+        lo = v;
+        if (v >= a.max_value) break;
+        v = std::min(2 * v, a.max_value);
+      } else {
+        hi = v;
+        break;
+      }
+    }
+    while (hi > 0 && hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (probe(mid) ? lo : hi) = mid;
+    }
+    rows.push_back(row);
+  }
+
+  if (rt.rank() == 0) {
+    std::printf("\n| strategy | ranks | model | max %s | step time (s) | peak / rank | planned max | probes |\n", what);
+    std::printf("|---|---:|---|---:|---:|---:|---:|---:|\n");
+    for (const auto& r : rows) {
+      const model::ModelSpec s = spec_for(vary_layers ? std::max<int64_t>(1, r.best) : base.n_layers);
+      char model[128];
+      if (vary_layers)
+        std::snprintf(model, sizeof model, "%s d=%lld, %.1f M params at max", s.arch.c_str(),
+                      static_cast<long long>(s.d_model), r.params_at_best / 1e6);
+      else
+        std::snprintf(model, sizeof model, "%s %lldx%lld, %.1f M params", s.arch.c_str(),
+                      static_cast<long long>(s.n_layers), static_cast<long long>(s.d_model),
+                      model::parameter_count(s) / 1e6);
+      std::printf("| %s | %d | %s | %lld | %s | %s | %lld | %d |\n", fsdp::to_string(r.strategy), rt.size(), model,
+                  static_cast<long long>(r.best), r.best > 0 ? std::to_string(r.at_best.step_s).substr(0, 5).c_str() : "-",
+                  r.best > 0 ? train::format_bytes(r.at_best.peak_bytes).c_str() : "-",
+                  static_cast<long long>(r.planned_best), r.probes);
+    }
+    std::printf("\n");
+    for (const auto& r : rows) {
+      std::printf("MAXBATCH strategy=%s ranks=%d vary=%s max=%lld planned=%lld step_s=%.4f peak=%lld params=%lld\n",
+                  fsdp::to_string(r.strategy), rt.size(), a.vary.c_str(), static_cast<long long>(r.best),
+                  static_cast<long long>(r.planned_best), r.at_best.step_s,
+                  static_cast<long long>(r.at_best.peak_bytes), static_cast<long long>(r.params_at_best));
+    }
+    std::fflush(stdout);
+  }
+  return kExitOk;
+}
+
+void add_maxbatch(CLI::App& app, CommandFn& selected) {
+  auto* sub = app.add_subcommand(
+      "maxbatch", "Largest micro-batch (or depth) that trains under a per-rank memory limit (real steps, bisection)");
+  auto args = std::make_shared<MaxBatchArgs>();
+  add_deck_args(sub, args->deck, true);
+  sub->add_option("--strategy", args->strategies,
+                  "Strategies to search (repeatable or comma-separated; default parallel.strategy)");
+  sub->add_option("--memory-limit", args->memory_limit,
+                  "Per-rank limit on tensor bytes + optimizer state, e.g. 2GiB (default: 80% of MemAvailable / "
+                  "ranks per host)");
+  sub->add_option("--vary", args->vary, "What to search: micro_batch, or n_layers at the deck's micro-batch")
+      ->capture_default_str();
+  sub->add_option("--max", args->max_value, "Largest value tried")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--steps", args->steps, "Training steps per probe")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->callback([&selected, args] {
+    selected = [args](runtime::Runtime& rt) { return run_maxbatch(rt, *args); };
+  });
+}
+
+}  // namespace
+ST_REGISTER_COMMAND(maxbatch, add_maxbatch);
+}  // namespace shardtrain::cli

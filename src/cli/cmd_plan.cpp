@@ -1,0 +1,149 @@
+// `shardtrain plan DECK`: per-strategy memory and communication per rank, sharding diagrams and
+// a recommendation; with --measure, real steps under the counting allocator next to the plan.
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "command.h"
+#include "shardtrain/optim/kokkos_scope.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/train/alloc_tracker.h"
+#include "shardtrain/train/memory_plan.h"
+#include "shardtrain/train/probe.h"
+#include "shardtrain/train/setup.h"
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::cli {
+namespace {
+
+struct PlanArgs {
+  DeckArgs deck;
+  int ranks = 0, ranks_per_host = 0;
+  std::string device_memory = "80GiB";
+  double inter_host_weight = 8;
+  bool measure = false;
+  std::vector<std::string> strategies;
+  int steps = 2;
+  double tolerance = 0;
+};
+
+// Strategy names from repeatable / comma-separated flags ("" = all five).
+std::vector<fsdp::Strategy> parse_strategies(const std::vector<std::string>& args) {
+  std::vector<fsdp::Strategy> out;
+  for (const auto& a : args) {
+    std::stringstream ss(a);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty()) out.push_back(fsdp::parse_strategy(item));
+  }
+  return out;
+}
+
+int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
+  deck::Deck d = load_deck_agreed(a.deck, rt.world());
+  train::PlanSettings ps;
+  int64_t device_bytes = 0;
+  std::vector<fsdp::Strategy> wanted;
+  runtime::run_agreed(rt.world(), [&] {
+    const int ranks = a.ranks > 0 ? a.ranks : rt.size();
+    const int sim = static_cast<int>(d.get_int("parallel.simulate_ranks_per_host"));
+    const int rph = a.ranks_per_host > 0 ? a.ranks_per_host : (sim > 0 ? sim : ranks);
+    ST_USER_CHECK(!a.measure || ranks == rt.size(), "plan --measure runs real steps on this job's ranks: --ranks ",
+                  ranks, " must equal the number of MPI ranks (", rt.size(), ")");
+    ST_USER_CHECK(rph >= 1 && ranks % rph == 0, "--ranks-per-host ", rph, " must divide --ranks ", ranks);
+    device_bytes = train::parse_bytes(a.device_memory, "--device-memory");
+    ps = train::plan_settings_from_deck(d, ranks, rph);
+    ps.inter_host_weight = a.inter_host_weight;
+    wanted = parse_strategies(a.strategies);
+  });
+  // --measure: plan for the threads the probes will use (bf16 GEMM workspace is per thread).
+  const int threads = a.measure ? train::probe_threads(rt.world(), d) : 0;
+  if (a.measure) ps.threads = threads;
+  std::vector<train::StrategyPlan> plans;
+  runtime::run_agreed(rt.world(), [&] {
+    if (wanted.empty()) {
+      plans = train::plan_all(ps);
+    } else {
+      for (fsdp::Strategy s : wanted) plans.push_back(train::plan_strategy(ps, s));
+    }
+  });
+  if (rt.rank() == 0) {
+    std::fputs(train::format_plan(ps, plans, device_bytes).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  if (!a.measure) return kExitOk;
+
+  // ---- --measure: the same step for real, strategy by strategy ----------------------------
+  train::install_alloc_tracker();
+  optim::KokkosScope kokkos;
+  at::set_num_threads(threads);
+  if (rt.rank() == 0) {
+    std::printf("\n# measured: %d step%s per strategy on %d ranks (%d per simulated host), synthetic batches; "
+                "peak = tensor bytes (counting allocator) + optimizer state, max over ranks\n",
+                a.steps, a.steps > 1 ? "s" : "", rt.size(), ps.ranks_per_host);
+    std::printf("%-20s %14s %14s %9s  %-28s %9s\n", "strategy", "planned", "measured", "error", "planned peak at",
+                "step (s)");
+    std::fflush(stdout);
+  }
+  double worst = 0;
+  for (const auto& p : plans) {
+    train::ProbeOptions o;
+    o.spec = ps.spec;
+    o.strategy = p.strategy;
+    o.micro_batch = ps.micro_batch;
+    o.grad_accum = ps.grad_accum;
+    o.steps = a.steps;
+    o.ranks_per_host = ps.ranks_per_host;
+    const train::ProbeResult r = train::run_probe(rt.world(), d, o);
+    const double err = r.peak_bytes > 0 ? static_cast<double>(p.mem.total - r.peak_bytes) / r.peak_bytes : 0;
+    worst = std::max(worst, std::fabs(err));
+    if (rt.rank() == 0) {
+      std::printf("%-20s %14s %14s %+8.1f%%  %-28s %9.2f\n", fsdp::to_string(p.strategy),
+                  train::format_bytes(p.mem.total).c_str(), train::format_bytes(r.peak_bytes).c_str(), 100 * err,
+                  p.mem.peak_at.c_str(), r.step_s);
+      std::printf("PLAN_VS_MEASURED strategy=%s planned=%lld measured=%lld\n", fsdp::to_string(p.strategy),
+                  static_cast<long long>(p.mem.total), static_cast<long long>(r.peak_bytes));
+      std::fflush(stdout);
+    }
+  }
+  if (a.tolerance > 0 && worst > a.tolerance) {
+    if (rt.rank() == 0)
+      std::fprintf(stderr, "plan --measure: the largest planner error is %.1f%%, above --tolerance %.1f%%\n",
+                   100 * worst, 100 * a.tolerance);
+    return kExitInternal;
+  }
+  return kExitOk;
+}
+
+void add_plan(CLI::App& app, CommandFn& selected) {
+  auto* sub = app.add_subcommand(
+      "plan", "Per-rank memory and communication of every sharding strategy for a deck, and the cheapest that fits");
+  auto args = std::make_shared<PlanArgs>();
+  add_deck_args(sub, args->deck, true);
+  sub->add_option("--ranks", args->ranks, "World size to plan for (default: this job's ranks)")->check(CLI::PositiveNumber);
+  sub->add_option("--ranks-per-host", args->ranks_per_host,
+                  "Ranks (GPUs) per host (default: parallel.simulate_ranks_per_host, else all on one host)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--device-memory", args->device_memory, "Memory per rank, e.g. 80GiB, 40GB, 512MiB")
+      ->capture_default_str();
+  sub->add_option("--inter-host-weight", args->inter_host_weight,
+                  "Cost of an inter-host byte in intra-host bytes, for the recommendation")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--strategy", args->strategies, "Only these strategies (repeatable or comma-separated)");
+  sub->add_flag("--measure", args->measure,
+                "Also run real steps for each strategy (needs --ranks MPI ranks) and print planned vs measured peaks");
+  sub->add_option("--steps", args->steps, "--measure: training steps per strategy")->capture_default_str()->check(
+      CLI::PositiveNumber);
+  sub->add_option("--tolerance", args->tolerance,
+                  "--measure: exit 1 if a planned peak is off by more than this fraction of the measured one")
+      ->check(CLI::NonNegativeNumber);
+  sub->callback([&selected, args] {
+    selected = [args](runtime::Runtime& rt) { return run_plan(rt, *args); };
+  });
+}
+
+}  // namespace
+ST_REGISTER_COMMAND(plan, add_plan);
+}  // namespace shardtrain::cli

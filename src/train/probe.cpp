@@ -1,0 +1,125 @@
+// run_probe: the trainer's step (forward/backward per micro-batch, clip, optimizer) on
+// synthetic batches, under the counting allocator.
+#include "shardtrain/train/probe.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <memory>
+
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/fsdp/sharded_optimizer.h"
+#include "shardtrain/fsdp/strategy_comms.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/device_mesh.h"
+#include "shardtrain/runtime/topology.h"
+#include "shardtrain/train/alloc_tracker.h"
+#include "shardtrain/train/setup.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
+#include "shardtrain/util/timer.h"
+
+namespace shardtrain::train {
+
+ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o) {
+  ST_CHECK(alloc_tracker_installed(), "run_probe needs install_alloc_tracker()");
+  int rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  ProbeResult res;
+  {
+    runtime::Topology topo;
+    std::unique_ptr<runtime::DeviceMesh> mesh;
+    fsdp::StrategyComms comms;
+    fsdp::EngineOptions eopts;
+    fsdp::OptimizerConfig opt_cfg;
+    const int rph = o.ranks_per_host > 0 ? o.ranks_per_host : static_cast<int>(d.get_int("parallel.simulate_ranks_per_host"));
+    std::shared_ptr<model::Model> net;
+    runtime::run_agreed(world, [&] {
+      topo = runtime::discover_topology(world, rph);
+      mesh = std::make_unique<runtime::DeviceMesh>(world, topo, static_cast<int>(d.get_int("parallel.shard_group_size")));
+      comm::CommOptions copts;
+      copts.timeout_s = d.get_float("comm.timeout_s");
+      copts.flight_recorder_entries = static_cast<int>(d.get_int("comm.flight_recorder"));
+      comms = fsdp::make_strategy_comms(o.strategy, *mesh, d.get_string("comm.backend"), topo.device, copts);
+      net = model::build_model(o.spec, at::kMeta);
+      eopts = engine_options_from_deck(d, *net);
+      eopts.strategy = o.strategy;
+      opt_cfg = optimizer_config_from_deck(d);
+    });
+    const uint64_t seed = static_cast<uint64_t>(d.get_int("run.seed"));
+    model::Model* raw = net.get();
+    auto init = [raw, seed](const std::string& name, at::Tensor& t) {
+      model::init_parameter(t, raw->init_for(name), model::param_seed(seed, name));
+    };
+
+    // Everything from here on is the probe's memory. Initialisation runs before the optimizer
+    // state exists; the steps run with it (Kokkos memory, not tensors: added to the count).
+    ST_MPI_CHECK(MPI_Barrier(world));
+    const int64_t live_before = alloc_counters().live_bytes;
+    reset_alloc_peak();
+    set_alloc_limit(o.memory_limit > 0 ? live_before + o.memory_limit : 0);
+    std::unique_ptr<fsdp::Engine> engine = std::make_unique<fsdp::Engine>(*net, comms.engine(), eopts, init);
+    const int64_t init_peak = alloc_counters().peak_bytes - live_before;
+    bool over = alloc_limit_exceeded();
+    std::unique_ptr<fsdp::ShardedOptimizer> opt = std::make_unique<fsdp::ShardedOptimizer>(*engine, opt_cfg);
+    res.optim_bytes = opt->state_bytes();
+    reset_alloc_peak();
+    set_alloc_limit(o.memory_limit > 0 ? std::max<int64_t>(1, live_before + o.memory_limit - res.optim_bytes) : 0);
+
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed * 7919 + static_cast<uint64_t>(rank));
+    const model::ModelSpec& s = net->spec();
+    double step_s = 0, loss_sum = 0;
+    for (int step = 0; step < o.steps; ++step) {
+      Timer t;
+      engine->zero_grad();
+      loss_sum = 0;
+      for (int64_t mb = 0; mb < o.grad_accum; ++mb) {
+        engine->set_last_micro_batch(mb == o.grad_accum - 1);
+        at::Tensor x, y;
+        if (s.arch == "vit") {
+          x = at::randn({o.micro_batch, s.channels, s.image_size, s.image_size}, gen);
+          y = at::randint(0, s.num_classes, {o.micro_batch}, gen);
+        } else {
+          x = at::randint(0, s.vocab_size, {o.micro_batch, s.seq_len}, gen);
+          y = at::randint(0, s.vocab_size, {o.micro_batch, s.seq_len}, gen);
+        }
+        at::Tensor loss = net->loss(x, y) / static_cast<double>(o.grad_accum);
+        loss.backward();
+        loss_sum += loss.item<double>();
+      }
+      engine->clip_grad_norm(d.get_float("optimizer.grad_clip"));
+      opt->step(static_cast<float>(d.get_float("optimizer.lr")));
+      step_s = t.seconds();
+    }
+    const int64_t peak = std::max(init_peak, alloc_counters().peak_bytes - live_before + res.optim_bytes);
+    over = over || alloc_limit_exceeded() || (o.memory_limit > 0 && res.optim_bytes > o.memory_limit);
+    opt.reset();
+    engine.reset();
+    set_alloc_limit(0);
+
+    double local[2] = {static_cast<double>(peak), step_s}, global[2];
+    ST_MPI_CHECK(MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_MAX, world));
+    int over_i = over ? 1 : 0, any_over = 0;
+    ST_MPI_CHECK(MPI_Allreduce(&over_i, &any_over, 1, MPI_INT, MPI_MAX, world));
+    double loss_all = 0;
+    ST_MPI_CHECK(MPI_Allreduce(&loss_sum, &loss_all, 1, MPI_DOUBLE, MPI_SUM, world));
+    int size = 1;
+    ST_MPI_CHECK(MPI_Comm_size(world, &size));
+    res.peak_bytes = static_cast<int64_t>(global[0]);
+    res.step_s = global[1];
+    res.fits = any_over == 0;
+    res.loss = loss_all / size;
+  }
+  return res;
+}
+
+int probe_threads(MPI_Comm world, const deck::Deck& d) {
+  MPI_Comm local = MPI_COMM_NULL;
+  ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
+  int local_size = 1;
+  ST_MPI_CHECK(MPI_Comm_size(local, &local_size));
+  ST_MPI_CHECK(MPI_Comm_free(&local));
+  return threads_per_rank(d, local_size);
+}
+
+}  // namespace shardtrain::train

@@ -1,0 +1,37 @@
+# Memory planner and max-batch search, end to end (docs/memory-planner.md).
+# e2e_plan_measure_<deck>: `plan --measure` at 2 ranks (simulated as 2 hosts of 1 rank, so the
+# hybrid strategies differ from full_shard) runs 2 real steps per strategy under the counting
+# allocator and fails if any planned peak is more than 10% off the measured one. Small decks in
+# plan/: fp32 GPT-2, fp32 Llama with GQA, fp32 ViT, bf16 GPT-2 with recomputation, bf16 Llama.
+if(TARGET shardtrain)
+  foreach(deck gpt2-fp32 llama-gqa-fp32 vit-fp32 gpt2-bf16-recompute llama-bf16)
+    string(MAKE_C_IDENTIFIER "${deck}" deck_id)
+    add_test(NAME e2e_plan_measure_${deck_id}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS} -np 2 $<TARGET_FILE:shardtrain> plan
+              ${CMAKE_CURRENT_LIST_DIR}/plan/${deck}.toml --ranks-per-host 1 --measure --steps 2 --tolerance 0.10)
+    set_tests_properties(e2e_plan_measure_${deck_id} PROPERTIES PROCESSORS 2 TIMEOUT 180 LABELS "e2e;mpi;plan"
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+  # The report without MPI ranks: GPT-2 XL on 16 GPUs of 40 GiB in 2 nodes; nothing but the
+  # planner runs. It must print every strategy's diagram and a recommendation.
+  add_test(NAME e2e_plan_report_gpt2_xl
+    COMMAND $<TARGET_FILE:shardtrain> plan ${PROJECT_SOURCE_DIR}/inputs/gpt2-xl.toml --ranks 16 --ranks-per-host 8
+            --device-memory 40GiB)
+  set_tests_properties(e2e_plan_report_gpt2_xl PROPERTIES TIMEOUT 120 LABELS "e2e;plan"
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+    PASS_REGULAR_EXPRESSION "sharding: hybrid_shard_zero2 - 2 shard groups of 8 ranks.*recommendation: parallel.strategy = ")
+  # A bad size is a user error (exit 2).
+  add_test(NAME e2e_plan_bad_device_memory
+    COMMAND $<TARGET_FILE:shardtrain> plan ${CMAKE_CURRENT_LIST_DIR}/plan/gpt2-fp32.toml --device-memory 12parsecs)
+  set_tests_properties(e2e_plan_bad_device_memory PROPERTIES TIMEOUT 60 LABELS "e2e;plan" WILL_FAIL TRUE
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # maxbatch at 2 ranks: doubling then bisection of real steps under a 40 MiB per-rank limit,
+  # full_shard and no_shard; the table row of each strategy is printed.
+  add_test(NAME e2e_maxbatch_gpt2
+    COMMAND ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS} -np 2 $<TARGET_FILE:shardtrain> maxbatch
+            ${CMAKE_CURRENT_LIST_DIR}/plan/gpt2-fp32.toml --strategy full_shard,no_shard --memory-limit 40MiB
+            --max 64 --steps 1)
+  set_tests_properties(e2e_maxbatch_gpt2 PROPERTIES PROCESSORS 2 TIMEOUT 180 LABELS "e2e;mpi;plan"
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1"
+    PASS_REGULAR_EXPRESSION "MAXBATCH strategy=full_shard ranks=2 vary=micro_batch max=[1-9][0-9]* .*MAXBATCH strategy=no_shard")
+endif()

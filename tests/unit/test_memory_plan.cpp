@@ -1,0 +1,204 @@
+// Memory planner formulas: flat layouts against the model, 16Psi/N state, padding, unsharded
+// buffers per strategy, communication volumes, saved activations, recommendation, sizes.
+#include <gtest/gtest.h>
+
+#include "shardtrain/model/model.h"
+#include "shardtrain/train/memory_plan.h"
+#include "shardtrain/util/error.h"
+
+using namespace shardtrain;
+using train::PlanSettings;
+using train::StrategyPlan;
+
+namespace {
+
+// d = 32: every flat of this GPT-2 has a numel divisible by 4 (so no padding at N = 2, 4).
+PlanSettings gpt2(int ranks, int per_host) {
+  PlanSettings ps;
+  model::ModelSpec s;
+  s.arch = "gpt2";
+  s.vocab_size = 64;
+  s.seq_len = 16;
+  s.d_model = 32;
+  s.n_layers = 3;
+  s.n_heads = 4;
+  ps.spec = model::resolve_spec(s);
+  ps.engine.wrap_types = {"GPT2Block"};
+  ps.engine.mp.keep_fp32 = {"norm", "ln_"};
+  ps.micro_batch = 2;
+  ps.ranks = ranks;
+  ps.ranks_per_host = per_host;
+  return ps;
+}
+
+int64_t psi(const PlanSettings& ps) { return model::parameter_count(ps.spec); }
+
+}  // namespace
+
+TEST(MemoryPlan, UnitsMatchTheModel) {
+  PlanSettings ps = gpt2(4, 4);
+  auto units = train::layout_units(ps.spec, ps.engine);
+  ASSERT_EQ(units.size(), 4u);  // root + 3 blocks
+  EXPECT_EQ(units[0].name, "<root>");
+  EXPECT_EQ(units[1].name, "transformer.h.0");
+  int64_t total = 0;
+  for (const auto& u : units) total += u.numel();
+  EXPECT_EQ(total, psi(ps));
+  // The root holds wte, wpe and ln_f (tied head: no extra parameter).
+  const int64_t d = 32;
+  EXPECT_EQ(units[0].numel(), 64 * d + 16 * d + 2 * d);
+  ASSERT_EQ(units[0].flats.size(), 1u);  // fp32: one flat per unit
+  EXPECT_EQ(units[0].flats[0].params.front().first, "transformer.wte.weight");
+}
+
+TEST(MemoryPlan, MixedPrecisionSplitsNormsIntoAnFp32Flat) {
+  PlanSettings ps = gpt2(2, 2);
+  ps.engine.mp.param_dtype = at::kBFloat16;
+  auto units = train::layout_units(ps.spec, ps.engine);
+  ASSERT_EQ(units[1].flats.size(), 2u);
+  EXPECT_EQ(units[1].flats[0].dtype, at::kBFloat16);
+  EXPECT_EQ(units[1].flats[1].dtype, at::kFloat);
+  EXPECT_EQ(units[1].flats[1].numel, 4 * 32);  // ln_1 and ln_2 weight + bias
+}
+
+TEST(MemoryPlan, FullShardStateIs16PsiOverN) {
+  for (int n : {1, 2, 4}) {
+    PlanSettings ps = gpt2(n, n);
+    StrategyPlan p = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+    EXPECT_EQ(p.shard_size, n);
+    EXPECT_EQ(p.mem.params + p.mem.grads + p.mem.optim, 16 * psi(ps) / n) << n << " ranks";
+    EXPECT_EQ(p.mem.optim, 8 * psi(ps) / n);
+  }
+  // no_shard keeps 16 Psi on every rank; fp32 parameters alias the masters: no buffers.
+  PlanSettings ps = gpt2(4, 4);
+  StrategyPlan ns = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  EXPECT_EQ(ns.mem.state(), 16 * psi(ps));
+  EXPECT_EQ(ns.mem_no_recompute.unsharded, 0);
+  EXPECT_EQ(ns.mem_no_recompute.grad_buffers, 0);
+  // SGD without momentum has no state.
+  ps.optimizer = "sgd";
+  ps.sgd_momentum = 0;
+  EXPECT_EQ(train::plan_strategy(ps, fsdp::Strategy::FullShard).mem.optim, 0);
+}
+
+TEST(MemoryPlan, PaddingRoundsEveryFlatUpToTheGroupSize) {
+  PlanSettings ps = gpt2(4, 4);
+  ps.spec.vocab_size = 97;
+  ps.spec.d_model = 30;  // every flat numel is 2 mod 4
+  ps.spec.n_heads = 3;
+  ps.spec.n_kv_heads = 0;
+  ps.spec = model::resolve_spec(ps.spec);
+  StrategyPlan p = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  int64_t padded = 0;
+  for (const auto& u : p.units)
+    for (const auto& f : u.flats) {
+      EXPECT_EQ(f.padded % 4, 0);
+      EXPECT_EQ(f.padded - f.numel, 2);
+      EXPECT_EQ(f.shard_numel, f.padded / 4);
+      padded += f.padded;
+    }
+  EXPECT_EQ(p.mem.state(), 16 * padded / 4);
+  EXPECT_GT(p.mem.state(), 16 * psi(ps) / 4);
+}
+
+TEST(MemoryPlan, UnshardedBuffersFollowTheStrategy) {
+  PlanSettings ps = gpt2(4, 4);
+  auto units = train::layout_units(ps.spec, ps.engine);
+  const int64_t root = units[0].numel() * 4, block = units[1].numel() * 4;
+  // ZeRO-3 at the last block's backward: root + the block + the prefetched one; gradient
+  // buffers for the root and the block.
+  StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  StrategyPlan sgo = train::plan_strategy(ps, fsdp::Strategy::ShardGradOp);
+  ASSERT_EQ(fs.mem.peak_at, "last block backward");
+  EXPECT_EQ(fs.mem.unsharded, root + 2 * block);
+  EXPECT_EQ(fs.mem.grad_buffers, root + block);
+  // ZeRO-2 keeps every block from its forward to its backward.
+  ASSERT_EQ(sgo.mem.peak_at, "last block backward");
+  EXPECT_EQ(sgo.mem.unsharded, root + 3 * block);
+  EXPECT_EQ(sgo.mem.total - fs.mem.total, block);
+}
+
+TEST(MemoryPlan, CommunicationVolumes) {
+  PlanSettings ps = gpt2(4, 2);  // 2 hosts of 2
+  auto units = train::layout_units(ps.spec, ps.engine);
+  const double root = units[0].numel(), blocks = psi(ps) - root, all = psi(ps);
+  StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  EXPECT_EQ(fs.comm.all_gather, static_cast<int64_t>(0.75 * (root + 2 * blocks) * 4));
+  EXPECT_EQ(fs.comm.reduce_scatter, static_cast<int64_t>(0.75 * all * 4));
+  EXPECT_EQ(fs.comm.all_reduce, 0);
+  EXPECT_EQ(fs.comm.inter_host, fs.comm.total());  // the shard group spans both hosts
+  StrategyPlan sgo = train::plan_strategy(ps, fsdp::Strategy::ShardGradOp);
+  EXPECT_EQ(sgo.comm.all_gather, static_cast<int64_t>(0.75 * all * 4));
+  StrategyPlan ns = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  EXPECT_EQ(ns.comm.all_reduce, static_cast<int64_t>(1.5 * all * 4));  // 2(N-1)/N
+  EXPECT_EQ(ns.comm.all_gather + ns.comm.reduce_scatter, 0);
+  // Hybrid: shard inside a host (intra), average across the 2 replicas (inter).
+  StrategyPlan hs = train::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  EXPECT_EQ(hs.shard_size, 2);
+  EXPECT_EQ(hs.replicate_size, 2);
+  EXPECT_EQ(hs.comm.all_gather, static_cast<int64_t>(0.5 * (root + 2 * blocks) * 4));
+  EXPECT_EQ(hs.comm.all_reduce, static_cast<int64_t>(1.0 * all / 2 * 4));
+  EXPECT_EQ(hs.comm.intra_host, hs.comm.all_gather + hs.comm.reduce_scatter);
+  EXPECT_EQ(hs.comm.inter_host, hs.comm.all_reduce);
+  // Gradient accumulation multiplies the per-micro-batch collectives only.
+  ps.grad_accum = 3;
+  StrategyPlan hs3 = train::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  EXPECT_NEAR(hs3.comm.all_gather, 3.0 * hs.comm.all_gather, 3);
+  EXPECT_EQ(hs3.comm.all_reduce, hs.comm.all_reduce);
+}
+
+TEST(MemoryPlan, SavedActivationsOfAGpt2Block) {
+  // fp32 GPT-2 block: 32nd + 8nf + 4 B H T^2 + T^2 (causal mask) + 16n bytes, as counted
+  // tensor by tensor (docs/memory-planner.md).
+  model::ModelSpec s;
+  s.arch = "gpt2";
+  s.vocab_size = 50;
+  s.seq_len = 128;
+  s.d_model = 64;
+  s.n_heads = 4;
+  s.n_layers = 2;
+  fsdp::MixedPrecision mp;
+  train::ActivationBytes a = train::activation_bytes(s, mp, 2);
+  const int64_t n = 256, d = 64, f = 256, attn = 2 * 4 * 128 * 128;
+  EXPECT_EQ(a.block_saved, 32 * n * d + 8 * n * f + 4 * attn + 128 * 128 + 16 * n);
+  // Recomputation keeps one block input per block.
+  EXPECT_EQ(a.block_io, 4 * n * d);
+  EXPECT_LT(a.saved(true), a.saved(false));
+}
+
+TEST(MemoryPlan, RecommendsTheCheapestThatFits) {
+  PlanSettings ps = gpt2(4, 2);
+  auto plans = train::plan_all(ps);
+  ASSERT_EQ(plans.size(), 5u);
+  bool rc = true;
+  int best = train::recommend(plans, int64_t(1) << 40, &rc);
+  ASSERT_GE(best, 0);
+  EXPECT_FALSE(rc);
+  // hybrid_shard_zero2: intra-host sharding and a quarter-size inter-host all-reduce.
+  EXPECT_EQ(plans[best].strategy, fsdp::Strategy::HybridShardZero2);
+  // Just above full_shard's peak with recomputation: only that fits.
+  const StrategyPlan* fs = nullptr;
+  for (const auto& p : plans)
+    if (p.strategy == fsdp::Strategy::FullShard) fs = &p;
+  int64_t least = fs->mem_recompute.total;
+  for (const auto& p : plans) least = std::min(least, std::min(p.mem_no_recompute.total, p.mem_recompute.total));
+  best = train::recommend(plans, least, &rc);
+  ASSERT_GE(best, 0);
+  EXPECT_EQ(train::recommend(plans, least - 1, &rc), -1);
+  // The report names the recommendation and draws a diagram per strategy.
+  const std::string text = train::format_plan(ps, plans, int64_t(1) << 40);
+  EXPECT_NE(text.find("recommendation: parallel.strategy = \"hybrid_shard_zero2\""), std::string::npos) << text;
+  EXPECT_NE(text.find("sharding: full_shard"), std::string::npos);
+  EXPECT_NE(text.find("[0000"), std::string::npos) << text;
+}
+
+TEST(MemoryPlan, ParsesSizes) {
+  EXPECT_EQ(train::parse_bytes("80GiB", "x"), int64_t(80) << 30);
+  EXPECT_EQ(train::parse_bytes("512MiB", "x"), int64_t(512) << 20);
+  EXPECT_EQ(train::parse_bytes("2GB", "x"), int64_t(2000000000));
+  EXPECT_EQ(train::parse_bytes("1.5e9", "x"), int64_t(1500000000));
+  EXPECT_EQ(train::parse_bytes("4096", "x"), 4096);
+  EXPECT_THROW(train::parse_bytes("lots", "--device-memory"), UserError);
+  EXPECT_THROW(train::parse_bytes("3 parsecs", "--device-memory"), UserError);
+  EXPECT_THROW(train::parse_bytes("-1GiB", "--device-memory"), UserError);
+}
