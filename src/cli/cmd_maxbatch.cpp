@@ -26,6 +26,8 @@ struct MaxBatchArgs {
   std::string vary = "micro_batch";
   int64_t max_value = 4096;
   int steps = 2;
+  std::string search = "planned";
+  bool plan_only = false;
 };
 
 int64_t mem_available_bytes() {
@@ -160,17 +162,48 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
       }
       return r.fits;
     };
-    // Doubling from 1 until a probe fails (or --max), then bisection between the last
-    // success and the first failure. All ranks take the same branches (agreed verdicts).
-    int64_t lo = 0, hi = 0, v = 1;
-    for (;;) {
-      if (probe(v)) {
-        lo = v;
-        if (v >= a.max_value) break;
-        v = std::min(2 * v, a.max_value);
+    if (a.plan_only) {
+      rows.push_back(row);
+      continue;
+    }
+    // The search: every verdict is agreed by all ranks, so all take the same branches.
+    // "doubling": from 1, double until a probe fails (or --max), then bisect between the last
+    // success and the first failure. "planned": start at the planner's answer and probe
+    // outward (its neighbour above, or halving below) until a success and a failure bracket
+    // the answer, then bisect; with an accurate planner that is two probes.
+    int64_t lo = 0, hi = 0;
+    if (a.search == "planned" && row.planned_best > 0) {
+      const int64_t v0 = std::min(row.planned_best, a.max_value);
+      if (probe(v0)) {
+        lo = v0;
+        for (int64_t step = 1; lo < a.max_value; step *= 2) {
+          const int64_t v = std::min(lo + step, a.max_value);
+          if (!probe(v)) {
+            hi = v;
+            break;
+          }
+          lo = v;
+        }
       } else {
-        hi = v;
-        break;
+        hi = v0;
+        for (int64_t v = v0 / 2; v >= 1; v /= 2) {
+          if (probe(v)) {
+            lo = v;
+            break;
+          }
+          hi = v;
+        }
+      }
+    } else {
+      for (int64_t v = 1;;) {
+        if (probe(v)) {
+          lo = v;
+          if (v >= a.max_value) break;
+          v = std::min(2 * v, a.max_value);
+        } else {
+          hi = v;
+          break;
+        }
       }
     }
     while (hi > 0 && hi - lo > 1) {
@@ -193,8 +226,9 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
         std::snprintf(model, sizeof model, "%s %lldx%lld, %.1f M params", s.arch.c_str(),
                       static_cast<long long>(s.n_layers), static_cast<long long>(s.d_model),
                       model::parameter_count(s) / 1e6);
-      std::printf("| %s | %d | %s | %lld | %s | %s | %lld | %d |\n", fsdp::to_string(r.strategy), rt.size(), model,
-                  static_cast<long long>(r.best), r.best > 0 ? std::to_string(r.at_best.step_s).substr(0, 5).c_str() : "-",
+      std::printf("| %s | %d | %s | %s | %s | %s | %lld | %d |\n", fsdp::to_string(r.strategy), rt.size(), model,
+                  a.plan_only ? "-" : r.best > 0 ? std::to_string(r.best).c_str() : "OOM",
+                  r.best > 0 ? std::to_string(r.at_best.step_s).substr(0, 5).c_str() : "-",
                   r.best > 0 ? train::format_bytes(r.at_best.peak_bytes).c_str() : "-",
                   static_cast<long long>(r.planned_best), r.probes);
     }
@@ -224,6 +258,11 @@ void add_maxbatch(CLI::App& app, CommandFn& selected) {
       ->capture_default_str();
   sub->add_option("--max", args->max_value, "Largest value tried")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--steps", args->steps, "Training steps per probe")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--search", args->search,
+                  "planned: start at the planner's answer and bracket it with probes; doubling: from 1 up")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"planned", "doubling"}));
+  sub->add_flag("--plan-only", args->plan_only, "Print the planner's answers without running probes");
   sub->callback([&selected, args] {
     selected = [args](runtime::Runtime& rt) { return run_maxbatch(rt, *args); };
   });
