@@ -368,7 +368,8 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   const int64_t U_fwd_end = Ur + (reshard_fwd ? 0 : nb * Ub);
   const int64_t prefetch = ps.engine.backward_prefetch == fsdp::BackwardPrefetch::Pre && nb >= 2 ? 1 : 0;
   const int64_t U_blk = reshard_fwd ? Ur + Ub * (1 + prefetch) : Ur + nb * Ub;
-  const int64_t U_blk2 = reshard_fwd ? U_blk : Ur + std::max<int64_t>(0, nb - 1) * Ub;
+  // The next-to-last block prefetches its own successor only if a block precedes it.
+  const int64_t U_blk2 = reshard_fwd ? Ur + Ub * (1 + (prefetch && nb >= 3 ? 1 : 0)) : Ur + std::max<int64_t>(0, nb - 1) * Ub;
   const int64_t U_end = no_shard ? Ur + nb * Ub : Ur;
   const int64_t pending = !no_shard && S > 1 ? pend_b : 0;
   const int64_t L = a.blocks;
