@@ -370,8 +370,14 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   const int64_t U_blk = reshard_fwd ? Ur + Ub * (1 + prefetch) : Ur + nb * Ub;
   // The next-to-last block prefetches its own successor only if a block precedes it.
   const int64_t U_blk2 = reshard_fwd ? Ur + Ub * (1 + (prefetch && nb >= 3 ? 1 : 0)) : Ur + std::max<int64_t>(0, nb - 1) * Ub;
+  const int64_t U_blk3 = reshard_fwd ? Ur + Ub * (1 + (prefetch && nb >= 4 ? 1 : 0)) : Ur + std::max<int64_t>(0, nb - 2) * Ub;
   const int64_t U_end = no_shard ? Ur + nb * Ub : Ur;
+  // A finished block's reduce-scatter input and output stay until it is retired: completed
+  // ones at the next block's reduce, and at most kMaxPendingReductions = 2 are kept. Whether
+  // one or two are held depends on timing, so the plan takes the bound (two once two blocks
+  // have finished).
   const int64_t pending = !no_shard && S > 1 ? pend_b : 0;
+  const int64_t pending_end = std::min<int64_t>(nb, 2) * pending;
   const int64_t L = a.blocks;
   const int64_t bwd_work = std::max(a.block_bwd_mlp, a.block_bwd_attn);
 
@@ -384,6 +390,7 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
     at.push_back({"head backward", U_fwd_end, Gr, saved_all + a.head_bwd_mm});
     at.push_back({"last block backward", U_blk, Gr + Gb, B0 + bwd_work});
     if (L >= 2) at.push_back({"next-to-last block backward", U_blk2, Gr + Gb + pending, B0 - a.block_saved + bwd_work});
+    if (L >= 3) at.push_back({"third-to-last block backward", U_blk3, Gr + Gb + 2 * pending, B0 - 2 * a.block_saved + bwd_work});
   } else {
     const int64_t kept = a.inputs + a.embed_saved_rc + L * a.block_io + a.last_out_kept;
     const int64_t B0 = a.inputs + a.embed_saved_rc + L * a.block_io + a.grad_in + a.held_grad + a.block_saved +
@@ -395,9 +402,10 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
     // The next block recomputes the same activations while the previous block's reduction is
     // still pending (its inputs stay with the recomputation nodes).
     if (L >= 2) at.push_back({"next-to-last block backward", U_blk2, Gr + Gb + pending, B0 + bwd_work});
+    if (L >= 3) at.push_back({"third-to-last block backward", U_blk3, Gr + Gb + 2 * pending, B0 + bwd_work});
   }
   // Recomputation nodes keep their block's input until the graph is freed after backward.
-  at.push_back({"embedding backward", U_end, Gr + pending,
+  at.push_back({"embedding backward", U_end, Gr + pending_end,
                 a.inputs + a.embed_bwd + (rc ? L * a.block_io + a.embed_saved_rc : 0)});
   at.push_back({"clip", U_end, 0, 16 * max_shard});
 
