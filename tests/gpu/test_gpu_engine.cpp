@@ -109,8 +109,11 @@ TEST(GpuEngine, CudaMatchesCpuEngine) {
     EXPECT_TRUE(fd[i]->master.is_cuda());
     EXPECT_TRUE(at::allclose(fd[i]->master.cpu(), fc[i]->master, 1e-4, 1e-5)) << "flat " << i;
   }
-  for (int i = 0; i < dev.engine->num_units(); ++i)
-    if (world_size() > 1) EXPECT_EQ(dev.engine->unit_live_bytes(i), 0) << i;
+  for (int i = 0; i < dev.engine->num_units(); ++i) {
+    if (world_size() > 1) {
+      EXPECT_EQ(dev.engine->unit_live_bytes(i), 0) << i;
+    }
+  }
 }
 
 TEST(GpuEngine, OffloadEqualsDeviceResidentRunBitForBit) {
@@ -128,10 +131,11 @@ TEST(GpuEngine, OffloadEqualsDeviceResidentRunBitForBit) {
   }
   auto fd = dev.engine->flat_params(), fo = off.engine->flat_params();
   for (size_t i = 0; i < fd.size(); ++i) {
-    if (optim::adamw_cuda_built())
+    if (optim::adamw_cuda_built()) {
       EXPECT_TRUE(at::equal(fd[i]->master.cpu(), fo[i]->master)) << "flat " << i;
-    else  // libtorch-op fallback on the device: a rounding apart
+    } else {  // libtorch-op fallback on the device: a rounding apart
       EXPECT_TRUE(at::allclose(fd[i]->master.cpu(), fo[i]->master, 1e-5, 1e-6)) << "flat " << i;
+    }
   }
 }
 
