@@ -194,10 +194,17 @@ ActivationBytes activation_bytes(const model::ModelSpec& spec, const fsdp::Mixed
   ActivationBytes a;
   a.blocks = s.n_layers;
   // libtorch 1.13's bf16/fp16 GEMM on CPU packs its operands in a per-thread buffer (tensor
-  // memory); for a weight gradient (reduction over the n tokens) it measured 673 bytes per
-  // token up to 512 tokens and stays near that bound beyond (0.3-1.3 MiB per thread). fp32
-  // GEMMs (MKL/OpenBLAS) allocate no tensors.
-  a.gemm_ws = x.mixed ? static_cast<int64_t>(std::max(1, threads)) * 673 * std::min<int64_t>(n, 512) : 0;
+  // memory). For a weight gradient [M, N] reduced over the n tokens it measured about 673
+  // bytes per token up to 512 tokens and 476 KB beyond when M >= 256, proportionally less for
+  // narrower M (more for very wide layers: 1.3 MiB at 2048 x 768). fp32 GEMMs (MKL/OpenBLAS)
+  // allocate no tensors.
+  auto gemm_ws = [&](int64_t M) -> int64_t {
+    if (!x.mixed) return 0;
+    const int64_t full = n <= 512 ? 673 * n : 476160;
+    return static_cast<int64_t>(std::max(1, threads)) * full * std::min<int64_t>(M, 256) / 256;
+  };
+  // The MLP's second projection: GPT-2's Conv1D weight is [f, d] (M = f), Linear's [d, f].
+  a.gemm_ws = gemm_ws(s.arch == "gpt2" ? f : d);
   a.grad_in = b * nd;
   a.block_io = b * nd;
   // Softmax runs in fp32 (its output is saved); under mixed precision bmm saves a b-byte copy.
@@ -271,6 +278,22 @@ ActivationBytes activation_bytes(const model::ModelSpec& spec, const fsdp::Mixed
     a.head_saved = ln;
   }
   a.last_out_kept = input_kept ? b * nd : 0;
+  if (s.dropout > 0) {
+    // Dropout (training mode) is input * noise with a noise tensor of the input's size and
+    // dtype, which mul saves; the output replaces the input downstream. Per block: the noise of
+    // both residual branches (the branch outputs themselves are then freed), and on the
+    // attention probabilities the noise and the dropped-out copy that bmm now saves (fp32: next
+    // to the softmax output; mixed: instead of the b-byte copy). All of it is released before
+    // the block's softmax backward. The root adds the embedding dropout's noise.
+    const int64_t extra = 2 * b * nd + (x.mixed ? b * attn : 2 * b * attn);
+    a.block_saved += extra;
+    a.block_bwd_attn -= extra;
+    // Llama's SwiGLU-product moment comes after the MLP branch's noise and down_proj's input
+    // gradient are gone (GPT-2's and ViT's MLP peak is in the projection itself).
+    if (s.arch == "llama") a.block_bwd_mlp = std::max(b * f * d + b * nf + a.gemm_ws, 2 * b * nf - b * nd);
+    a.embed_saved += b * nd;
+    a.embed_saved_rc += b * nd;
+  }
 
   if (s.arch == "vit") {
     a.inputs = 4 * x.B * x.image + 8 * x.B + (x.mixed ? b * x.B * x.image : 0);
@@ -286,7 +309,7 @@ ActivationBytes activation_bytes(const model::ModelSpec& spec, const fsdp::Mixed
     a.head_fwd_work = 8 * n * V;
     a.head_bwd_work = 12 * n * V;
     // Head projection backward: logits grad (b), input grad and weight grad.
-    a.head_bwd_mm = b * n * V + b * nd + b * V * d + a.gemm_ws;
+    a.head_bwd_mm = b * n * V + b * nd + b * V * d + gemm_ws(d);
     const bool tied = s.tie_embeddings;
     // A tied embedding's head gradient waits in autograd's input buffer until the embedding's
     // own gradient arrives at the end of backward; then both and their sum exist at once.
@@ -695,7 +718,8 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
      << (ps.engine.activation_checkpointing ? "on" : "off") << " in the deck\n";
   os << "# per rank, bytes at the step's peak (its instant on the last lines); communication per step, sent per rank\n\n";
 
-  const int col = 20;
+  int col = 20;
+  for (const auto& p : plans) col = std::max(col, static_cast<int>(p.mem.peak_at.size()) + 2);
   auto row = [&](const std::string& label, auto cell) {
     char b[64];
     std::snprintf(b, sizeof b, "%-26s", label.c_str());
