@@ -168,7 +168,9 @@ has tl "shardtrain-job: SIGUSR1 received"
 has tl "checkpoint: step 7 .*signal SIGUSR1"
 has tl "shardtrain-job: checkpointed on SIGUSR1, not finished (exit 42)"
 has tl "shardtrain-job: requeueing job ${JOB[tl]}"
-has tl "DUE TO JOB REQUEUE"
+# (slurmstepd's "CANCELLED ... DUE TO JOB REQUEUE" line is not checked: whether it reaches the
+# log depends on whether the batch shell has exited when the requeue lands. The restart count
+# above, the requeue line and the resume below prove the requeue.)
 has tl "# resumed from $(ckpt_file "$T/tl" 7): step 7,"
 has tl "shardtrain-job: finished"
 same_as_ref tl
