@@ -52,8 +52,9 @@ fi
 
 maxbatch_rows() {  # file -> markdown rows from the MAXBATCH lines
   awk '/^MAXBATCH/ { for (i = 2; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
-         printf "| %s | %s | %s | %s | %.2f | %.1f MiB | %s |\n", deck, v["strategy"], v["ranks"],
-                v["max"] == 0 ? "OOM" : v["max"], v["step_s"], v["peak"] / 1048576, v["planned"] }' deck="$2" "$1"
+         if (v["max"] == 0) printf "| %s | %s | %s | OOM | - | - | %s |\n", deck, v["strategy"], v["ranks"], v["planned"]
+         else printf "| %s | %s | %s | %s | %.2f | %.1f MiB | %s |\n", deck, v["strategy"], v["ranks"],
+                     v["max"], v["step_s"], v["peak"] / 1048576, v["planned"] }' deck="$2" "$1"
 }
 
 if [[ " $TABLES " == *" maxbatch "* ]]; then

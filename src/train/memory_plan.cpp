@@ -336,7 +336,9 @@ int group_size_for(const PlanSettings& ps, fsdp::Strategy st) {
   return ps.ranks;
 }
 
-bool aliases(const FlatLayout& f, int group) { return group == 1 && f.dtype == at::kFloat; }
+// fsdp::FlatParam::aliases_master: an fp32 flat that nobody shards is its own master (never
+// with cpu_offload, which keeps the master apart from the compute buffer).
+bool aliases(const FlatLayout& f, int group, bool offload) { return group == 1 && f.dtype == at::kFloat && !offload; }
 
 // Whether the ranks of one group lie on more than one host (hosts: consecutive blocks of
 // ranks_per_host ranks; groups as runtime::DeviceMesh builds them).
@@ -359,7 +361,9 @@ namespace detail {
 MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std::vector<UnitLayout>& units, int S,
                             const ActivationBytes& a, bool rc) {
   const int64_t c = dtype_bytes(ps.engine.mp.reduce_dtype);
+  const bool off = ps.engine.cpu_offload;
   MemoryBreakdown m;
+  m.state_on_host = off;
   int64_t Ur = 0, Ub = 0, pend_b = 0, nb = 0, max_shard = 0;
   for (const auto& u : units) {
     const int group = u.is_ignored ? 1 : S;
@@ -368,7 +372,7 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
       m.params += 4 * f.shard_numel;
       m.grads += 4 * f.shard_numel;
       max_shard = std::max(max_shard, f.shard_numel);
-      if (aliases(f, group)) continue;
+      if (aliases(f, group, off)) continue;
       U += f.padded * f.elem_bytes();
       if (group > 1) pend += f.padded * c + f.shard_numel * c;
     }
@@ -383,7 +387,9 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   int64_t shard_elems = m.params / 4;
   if (ps.optimizer == "adamw") m.optim = 8 * shard_elems;
   else if (ps.sgd_momentum != 0) m.optim = 4 * shard_elems;
-  const int64_t state = m.params + m.grads + m.optim;
+  // With cpu_offload the shards and optimizer state are host memory: the peak counts the
+  // device (initialisation and clipping run on the host too).
+  const int64_t state = off ? 0 : m.params + m.grads + m.optim;
 
   const bool reshard_fwd = fsdp::reshards_after_forward(st);
   const bool no_shard = st == fsdp::Strategy::NoShard;
@@ -430,7 +436,7 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   // Recomputation nodes keep their block's input until the graph is freed after backward.
   at.push_back({"embedding backward", U_end, Gr + pending_end,
                 a.inputs + a.embed_bwd + (rc ? L * a.block_io + a.embed_saved_rc : 0)});
-  at.push_back({"clip", U_end, 0, 16 * max_shard});
+  if (!off) at.push_back({"clip", U_end, 0, 16 * max_shard});
 
   // Sharded initialisation (fsdp::Engine, materialize): one flat at a time, the whole flat
   // in fp32, one parameter's init values, then this rank's master slice and the empty
@@ -441,13 +447,13 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
     for (const auto& f : u.flats) {
       int64_t max_param = 0;
       for (const auto& pr : f.params) max_param = std::max(max_param, pr.second);
-      const int64_t extra = aliases(f, group) ? 4 * max_param
+      const int64_t extra = aliases(f, group, off) ? 4 * max_param
                                               : std::max(4 * max_param, 4 * f.shard_numel + f.padded * f.elem_bytes());
       init_peak = std::max(init_peak, prior + 4 * f.padded + extra);
       prior += 8 * f.shard_numel;
     }
   }
-  at.push_back({"init", 0, 0, init_peak - m.params - m.grads, false});
+  if (!off) at.push_back({"init", 0, 0, init_peak - m.params - m.grads, false});
 
   int64_t best = -1;
   for (const auto& i : at) {
@@ -716,6 +722,9 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
      << fsdp::dtype_name(ps.engine.mp.param_dtype) << " compute, " << fsdp::dtype_name(ps.engine.mp.reduce_dtype)
      << " reduce, " << ps.optimizer << "; activation checkpointing "
      << (ps.engine.activation_checkpointing ? "on" : "off") << " in the deck\n";
+  if (ps.engine.cpu_offload)
+    os << "# fsdp.cpu_offload = true: parameter and gradient shards and the optimizer state live in host memory;"
+          " the peaks below are device memory without them (not measured on a GPU yet)\n";
   os << "# per rank, bytes at the step's peak (its instant on the last lines); communication per step, sent per rank\n\n";
 
   int col = 20;

@@ -202,3 +202,17 @@ TEST(MemoryPlan, ParsesSizes) {
   EXPECT_THROW(train::parse_bytes("3 parsecs", "--device-memory"), UserError);
   EXPECT_THROW(train::parse_bytes("-1GiB", "--device-memory"), UserError);
 }
+
+TEST(MemoryPlan, CpuOffloadKeepsTheStateOutOfTheDevicePeak) {
+  PlanSettings ps = gpt2(1, 1);
+  StrategyPlan resident = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  ps.engine.cpu_offload = true;
+  StrategyPlan off = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  EXPECT_TRUE(off.mem.state_on_host);
+  EXPECT_EQ(off.mem.state(), resident.mem.state());  // same shards, in host memory
+  // The master no longer doubles as the compute buffer: an unsharded copy on the device.
+  EXPECT_EQ(resident.mem_no_recompute.unsharded, 0);
+  EXPECT_GT(off.mem_no_recompute.unsharded, 0);
+  EXPECT_EQ(off.mem.total, off.mem.unsharded + off.mem.grad_buffers + off.mem.activations);
+  EXPECT_LT(off.mem.total, resident.mem.total);
+}

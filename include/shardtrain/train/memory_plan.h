@@ -93,6 +93,7 @@ struct MemoryBreakdown {
   int64_t activations = 0;     // saved activations + working memory at the peak
   int64_t total = 0;           // the peak: the largest of the instants below
   std::string peak_at;         // which instant ("init", "loss", "head backward", "last block backward", "clip")
+  bool state_on_host = false;  // fsdp.cpu_offload: params, grads and optim are host memory, not in total
   int64_t saved_activations = 0;  // saved by the whole forward (without working memory)
   int64_t state() const { return params + grads + optim; }
 };
