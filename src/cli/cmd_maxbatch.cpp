@@ -19,6 +19,23 @@
 namespace shardtrain::cli {
 namespace {
 
+// Largest v in [1, max] with fits(v), fits being monotone (true up to some value, false above).
+// lo: a value known to fit (0 = none), hi: one known not to (0 = none). Without a known
+// failure, doubles from lo (or 1) until one fails or max is reached; then bisects (lo, hi).
+// Returns 0 when fits(1) is false.
+template <typename Fits>
+int64_t largest_fitting(Fits&& fits, int64_t lo, int64_t hi, int64_t max) {
+  for (int64_t v = lo > 0 ? std::min(2 * lo, max) : 1; hi == 0 && v > lo; v = std::min(2 * v, max)) {
+    if (!fits(v)) hi = v;
+    else lo = v;
+  }
+  while (hi > 0 && hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 struct MaxBatchArgs {
   DeckArgs deck;
   std::vector<std::string> strategies;
@@ -120,24 +137,7 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
       if (!vary_layers) q.micro_batch = v;
       return train::plan_strategy(q, st).mem.total;
     };
-    {
-      int64_t lo = 0, hi = 0, v = 1;
-      for (;;) {
-        if (planned_fits(v)) {
-          lo = v;
-          if (v >= a.max_value) break;
-          v = std::min(2 * v, a.max_value);
-        } else {
-          hi = v;
-          break;
-        }
-      }
-      while (hi > 0 && hi - lo > 1) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        (planned_fits(mid) ? lo : hi) = mid;
-      }
-      row.planned_best = lo;
-    }
+    row.planned_best = largest_fitting(planned_fits, 0, 0, a.max_value);
 
     auto probe = [&](int64_t v) {
       train::ProbeOptions o;
@@ -194,22 +194,8 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
           hi = v;
         }
       }
-    } else {
-      for (int64_t v = 1;;) {
-        if (probe(v)) {
-          lo = v;
-          if (v >= a.max_value) break;
-          v = std::min(2 * v, a.max_value);
-        } else {
-          hi = v;
-          break;
-        }
-      }
     }
-    while (hi > 0 && hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      (probe(mid) ? lo : hi) = mid;
-    }
+    largest_fitting(probe, lo, hi, a.max_value);
     rows.push_back(row);
   }
 
