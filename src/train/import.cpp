@@ -41,8 +41,7 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
   });
   at::set_num_threads(threads_per_rank(d, topo.local_size));
   const fsdp::Strategy strategy = fsdp::parse_strategy(d.get_string("parallel.strategy"));
-  comm::CommOptions copts;
-  copts.timeout_s = d.get_float("comm.timeout_s");
+  const comm::CommOptions copts = comm_options_from_deck(d);
   fsdp::StrategyComms comms;
   runtime::run_agreed(world, [&] {
     comms = fsdp::make_strategy_comms(strategy, *mesh, d.get_string("comm.backend"), topo.device, copts);

@@ -37,10 +37,8 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
     runtime::run_agreed(world, [&] {
       topo = runtime::discover_topology(world, rph);
       mesh = std::make_unique<runtime::DeviceMesh>(world, topo, static_cast<int>(d.get_int("parallel.shard_group_size")));
-      comm::CommOptions copts;
-      copts.timeout_s = d.get_float("comm.timeout_s");
-      copts.flight_recorder_entries = static_cast<int>(d.get_int("comm.flight_recorder"));
-      comms = fsdp::make_strategy_comms(o.strategy, *mesh, d.get_string("comm.backend"), topo.device, copts);
+      comms = fsdp::make_strategy_comms(o.strategy, *mesh, d.get_string("comm.backend"), topo.device,
+                                        comm_options_from_deck(d));
       net = model::build_model(o.spec, at::kMeta);
       eopts = engine_options_from_deck(d, *net);
       eopts.strategy = o.strategy;

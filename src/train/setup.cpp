@@ -7,6 +7,13 @@
 
 namespace shardtrain::train {
 
+comm::CommOptions comm_options_from_deck(const deck::Deck& d) {
+  comm::CommOptions o;
+  o.timeout_s = d.get_float("comm.timeout_s");
+  o.flight_recorder_entries = static_cast<int>(d.get_int("comm.flight_recorder"));
+  return o;
+}
+
 BatchPlan plan_batches(const deck::Deck& d, int dp_ranks) {
   BatchPlan p;
   p.dp_ranks = dp_ranks;

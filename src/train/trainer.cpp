@@ -156,9 +156,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   runtime::run_agreed(world, [&] { data = open_data(d.get_string("data.dataset"), spec, scfg, spec.seq_len); });
 
   // ---- model and engine --------------------------------------------------------------
-  comm::CommOptions copts;
-  copts.timeout_s = d.get_float("comm.timeout_s");
-  copts.flight_recorder_entries = static_cast<int>(d.get_int("comm.flight_recorder"));
+  const comm::CommOptions copts = comm_options_from_deck(d);
   fsdp::StrategyComms comms;
   runtime::run_agreed(world, [&] {
     comms = fsdp::make_strategy_comms(strategy, *mesh, d.get_string("comm.backend"), topo.device, copts);

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "shardtrain/comm/comm.h"
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/fsdp/options.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
@@ -21,6 +22,8 @@ BatchPlan plan_batches(const deck::Deck& d, int dp_ranks);
 
 // model.* keys over the preset (when model.preset is set, keys the deck sets override it).
 model::ModelSpec model_spec_from_deck(const deck::Deck& d);
+// comm.timeout_s and comm.flight_recorder for every communicator of a job.
+comm::CommOptions comm_options_from_deck(const deck::Deck& d);
 fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::Model& m);
 fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d);
 optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d);
