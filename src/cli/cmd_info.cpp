@@ -10,9 +10,11 @@
 
 #include "command.h"
 #include "shardtrain/comm/comm.h"
+#include "shardtrain/fsdp/device.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/runtime/topology.h"
+#include "shardtrain/train/job.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::cli {
@@ -39,7 +41,9 @@ int run_info(runtime::Runtime& rt, const DeckArgs& args) {
   // One fixed-width row per rank, gathered to rank 0 in rank order.
   constexpr int kRow = 256;
   char row[kRow];
-  std::string device = topo.device >= 0 ? "cuda:" + std::to_string(topo.device) : "cpu";
+  // Where `train` with this deck computes (run.device), not only which GPUs the host has.
+  const c10::Device dev = train::select_device(d, rt.world());
+  std::string device = dev.str();
   std::snprintf(row, kRow, "%5d  %-24s %10d  %-8s %-13s %-12s %-16s %-12s", topo.world_rank,
                 topo.host_names[topo.host_id].c_str(), topo.local_rank, device.c_str(),
                 mesh->shard_group_name().c_str(), join(mesh->shard_members()).c_str(),
@@ -57,10 +61,12 @@ int run_info(runtime::Runtime& rt, const DeckArgs& args) {
   mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
   std::string nccl = comm::nccl_version_string();
   std::printf("shardtrain %s\n", SHARDTRAIN_VERSION);
-  std::printf("  libtorch %s, %s, HDF5 %u.%u.%u (parallel), NCCL %s\n", TORCH_VERSION,
-              mpi_line.c_str(), h5maj, h5min, h5rel, nccl.empty() ? "not built" : nccl.c_str());
-  std::printf("  world %d ranks on %d host%s%s; GPUs per host %d\n", rt.size(), topo.num_hosts,
-              topo.num_hosts == 1 ? "" : "s", topo.simulated ? " (simulated)" : "", topo.gpus_per_host);
+  std::printf("  libtorch %s (%s), %s, HDF5 %u.%u.%u (parallel), NCCL %s\n", TORCH_VERSION,
+              fsdp::torch_built_with_cuda() ? "CUDA" : "CPU only", mpi_line.c_str(), h5maj, h5min, h5rel,
+              nccl.empty() ? "not built" : nccl.c_str());
+  std::printf("  world %d ranks on %d host%s%s; GPUs per host %d (torch sees %d); run.device = %s\n", rt.size(),
+              topo.num_hosts, topo.num_hosts == 1 ? "" : "s", topo.simulated ? " (simulated)" : "",
+              topo.gpus_per_host, fsdp::cuda_device_count(), d.get_string("run.device").c_str());
   std::printf("  mesh: %d replicate x %d shard; shard groups %s hosts; strategy %s\n\n",
               mesh->replicate_size(), mesh->shard_size(),
               mesh->shard_group_within_host() ? "inside" : "span", d.get_string("parallel.strategy").c_str());

@@ -48,6 +48,10 @@ std::vector<KeySpec> build_schema() {
     Str("run.out_dir", "", "output directory (metrics, resolved deck, checkpoints); \"\" = runs/<run.name>"),
     Int("run.threads", 0, "intra-op CPU threads per rank; 0 = cores per host / ranks per host")
         .at_least(0).unit("threads"),
+    Str("run.device", "auto",
+        "where each rank computes: auto = its GPU when libtorch has CUDA and every rank has a GPU of its own, "
+        "else the CPU; cuda = its GPU (an error without one); cpu")
+        .one_of({"auto", "cpu", "cuda"}),
 
     // [parallel]
     Str("parallel.strategy", "full_shard", "how parameters, gradients and optimizer state are sharded")
@@ -117,6 +121,10 @@ std::vector<KeySpec> build_schema() {
     Float("optimizer.momentum", 0.9, "sgd: momentum").at_least(0).below(1),
     Float("optimizer.grad_clip", 1.0, "clip the global gradient norm to this; 0 = off").at_least(0),
     List("optimizer.no_decay", {".bias", "norm", "ln_"}, "parameter-name patterns without weight decay"),
+    Int("optimizer.host_threads", 0,
+        "threads of the optimizer step on host-memory shards (CPU runs, fsdp.cpu_offload); the result does not "
+        "depend on it; 0 = the rank's CPU threads (run.threads)")
+        .at_least(0).unit("threads"),
 
     // [lr]
     Str("lr.schedule", "cosine", "learning-rate decay after warmup").one_of({"constant", "cosine", "linear"}),

@@ -1,8 +1,6 @@
 // import_safetensors: deck -> sharded model on meta -> slices read from safetensors -> checkpoint at step 0.
 #include "shardtrain/train/import.h"
 
-#include <ATen/Parallel.h>
-
 #include <cstdio>
 #include <memory>
 
@@ -11,11 +9,9 @@
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
-#include "shardtrain/fsdp/strategy_comms.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/runtime/device_mesh.h"
-#include "shardtrain/runtime/topology.h"
+#include "shardtrain/train/job.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/timer.h"
 #include "spec_json.h"
@@ -26,31 +22,22 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
   MPI_Comm world = rt.world();
   optim::KokkosScope kokkos;
   Timer timer;
-  runtime::Topology topo;
-  std::unique_ptr<runtime::DeviceMesh> mesh;
-  model::ModelSpec spec;
   fsdp::OptimizerConfig opt_cfg;
   runtime::run_agreed(world, [&] {
     // Checked before any work: the header is parsed on every rank (cheap), so a bad file is
     // reported before the model is built.
     for (const std::string& f : ckpt::safetensors_files(in)) ckpt::read_safetensors_header(f);
-    topo = runtime::discover_topology(world, static_cast<int>(d.get_int("parallel.simulate_ranks_per_host")));
-    mesh = std::make_unique<runtime::DeviceMesh>(world, topo, static_cast<int>(d.get_int("parallel.shard_group_size")));
-    spec = model_spec_from_deck(d);
     opt_cfg = optimizer_config_from_deck(d);
   });
-  at::set_num_threads(threads_per_rank(d, topo.local_size));
-  const fsdp::Strategy strategy = fsdp::parse_strategy(d.get_string("parallel.strategy"));
-  const comm::CommOptions copts = comm_options_from_deck(d);
-  fsdp::StrategyComms comms;
-  runtime::run_agreed(world, [&] {
-    comms = fsdp::make_strategy_comms(strategy, *mesh, d.get_string("comm.backend"), topo.device, copts);
-  });
-  std::shared_ptr<model::Model> net = model::build_model(spec, at::kMeta);
-  fsdp::EngineOptions eopts;
-  runtime::run_agreed(world, [&] { eopts = engine_options_from_deck(d, *net); });
+  // On the host whatever run.device says: the import only moves bytes from file to file.
+  JobOptions jo;
+  jo.host_only = true;
+  ShardedJob job = open_sharded_job(world, d, jo);
+  const model::ModelSpec& spec = job.spec;
+  const fsdp::Strategy strategy = job.strategy;
+  const runtime::DeviceMesh* mesh = job.mesh.get();
   // Every parameter is overwritten by the import; zeros are the cheapest placeholder.
-  fsdp::Engine engine(*net, comms.engine(), eopts, [](const std::string&, at::Tensor& t) { t.zero_(); });
+  fsdp::Engine engine(*job.net, job.comms.engine(), job.engine_options, [](const std::string&, at::Tensor& t) { t.zero_(); });
   fsdp::ShardedOptimizer optimizer(engine, opt_cfg);
   ckpt::load_safetensors(in, engine, world);
 

@@ -51,11 +51,15 @@ void MetricsLog::log_step(const StepRecord& r) {
   step_ms_.push_back(r.step_ms);
   items_per_s_.push_back(r.items_per_s);
   peak_tensor_bytes_ = std::max(peak_tensor_bytes_, r.peak_tensor_bytes);
+  peak_device_bytes_ = std::max(peak_device_bytes_, r.peak_device_bytes);
+  // On a GPU the device's peak is the memory that matters; the host RSS is the CPU run's.
+  const bool dev = r.peak_device_bytes >= 0;
   std::printf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %9.0f %s | %7.1f ms | %.3f TFLOP/s | "
-              "MFU %4.1f%% | comm %3.0f%% | mem %.2f GiB\n",
+              "MFU %4.1f%% | comm %3.0f%% | %s %.2f GiB\n",
               static_cast<long long>(r.step), static_cast<long long>(r.max_steps), r.loss, r.lr, r.grad_norm,
               r.items_per_s, r.items_are_tokens ? "tok/s" : "img/s", r.step_ms, r.tflops, 100 * r.mfu,
-              100 * r.comm_share, r.peak_mem_bytes / 1073741824.0);
+              100 * r.comm_share, dev ? "dev" : "mem",
+              (dev ? r.peak_device_bytes : r.peak_mem_bytes) / 1073741824.0);
   std::fflush(stdout);
   nlohmann::json j = {{"step", r.step},
                       {"loss", r.loss},
@@ -69,6 +73,7 @@ void MetricsLog::log_step(const StepRecord& r) {
                       {"peak_mem_bytes", r.peak_mem_bytes},
                       {"peak_tensor_bytes", r.peak_tensor_bytes},
                       {"tokens_seen", r.tokens_seen}};
+  if (dev) j["peak_device_bytes"] = r.peak_device_bytes;
   if (!r.items_are_tokens) j["tokens_per_s"] = r.items_per_s;  // the key tools expect; here: samples
   out_ << j.dump() << "\n";
   out_.flush();
@@ -100,6 +105,7 @@ void MetricsLog::write_summary(const std::string& json_path, int warmup, double 
                       {items_are_tokens ? "tokens_per_s" : "samples_per_s", median(ips)},
                       {"final_loss", final_loss}};
   if (peak_tensor_bytes_ > 0) j["peak_tensor_bytes"] = peak_tensor_bytes_;
+  if (peak_device_bytes_ >= 0) j["peak_device_bytes"] = peak_device_bytes_;
   if (val_loss) j["val_loss"] = *val_loss;
   if (val_acc) j["val_acc"] = *val_acc;
   std::ofstream f(json_path);

@@ -9,11 +9,9 @@
 
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
-#include "shardtrain/fsdp/strategy_comms.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/runtime/device_mesh.h"
-#include "shardtrain/runtime/topology.h"
 #include "shardtrain/train/alloc_tracker.h"
+#include "shardtrain/train/job.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
@@ -27,28 +25,19 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
   ProbeResult res;
   {
-    runtime::Topology topo;
-    std::unique_ptr<runtime::DeviceMesh> mesh;
-    fsdp::StrategyComms comms;
-    fsdp::EngineOptions eopts;
     fsdp::OptimizerConfig opt_cfg;
-    const int rph = o.ranks_per_host > 0 ? o.ranks_per_host : static_cast<int>(d.get_int("parallel.simulate_ranks_per_host"));
-    std::shared_ptr<model::Model> net;
-    runtime::run_agreed(world, [&] {
-      topo = runtime::discover_topology(world, rph);
-      mesh = std::make_unique<runtime::DeviceMesh>(world, topo, static_cast<int>(d.get_int("parallel.shard_group_size")));
-      comms = fsdp::make_strategy_comms(o.strategy, *mesh, d.get_string("comm.backend"), topo.device,
-                                        comm_options_from_deck(d));
-      net = model::build_model(o.spec, at::kMeta);
-      eopts = engine_options_from_deck(d, *net);
-      eopts.strategy = o.strategy;
-      opt_cfg = optimizer_config_from_deck(d);
-    });
+    runtime::run_agreed(world, [&] { opt_cfg = optimizer_config_from_deck(d); });
+    // The counting allocator sees host memory: the probe runs on the CPU.
+    JobOptions jo;
+    jo.strategy = o.strategy;
+    jo.ranks_per_host = o.ranks_per_host > 0 ? o.ranks_per_host : -1;
+    jo.spec = o.spec;
+    jo.host_only = true;
+    ShardedJob job = open_sharded_job(world, d, jo);
+    model::Model* net = job.net.get();
+    const fsdp::EngineOptions& eopts = job.engine_options;
     const uint64_t seed = static_cast<uint64_t>(d.get_int("run.seed"));
-    model::Model* raw = net.get();
-    auto init = [raw, seed](const std::string& name, at::Tensor& t) {
-      model::init_parameter(t, raw->init_for(name), model::param_seed(seed, name));
-    };
+    const fsdp::InitFn init = seeded_init(*net, seed);
 
     // Everything from here on is the probe's memory. Initialisation runs before the optimizer
     // state exists; the steps run with it (Kokkos memory, not tensors: added to the count).
@@ -56,7 +45,7 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
     const int64_t live_before = alloc_counters().live_bytes;
     reset_alloc_peak();
     set_alloc_limit(o.memory_limit > 0 ? live_before + o.memory_limit : 0);
-    std::unique_ptr<fsdp::Engine> engine = std::make_unique<fsdp::Engine>(*net, comms.engine(), eopts, init);
+    std::unique_ptr<fsdp::Engine> engine = std::make_unique<fsdp::Engine>(*net, job.comms.engine(), eopts, init);
     const int64_t init_peak = alloc_counters().peak_bytes - live_before;
     bool over = alloc_limit_exceeded();
     std::unique_ptr<fsdp::ShardedOptimizer> opt = std::make_unique<fsdp::ShardedOptimizer>(*engine, opt_cfg);

@@ -2,6 +2,7 @@
 #include "resume_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 
 #include <cstring>
@@ -22,36 +23,47 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-std::vector<uint8_t> generator_state() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+// Torch's default generator of the device (CPU, or the GPU's; at::Context knows both kinds
+// without CUDA headers).
+at::Generator default_generator(const c10::Device& device) {
+  return device.is_cpu() ? at::detail::getDefaultCPUGenerator() : at::globalContext().defaultGenerator(device);
+}
+
+const char* generator_name(const c10::Device& device) {
+  return device.is_cpu() ? "torch_cpu_default" : "torch_cuda_default";
+}
+
+std::vector<uint8_t> generator_state(const c10::Device& device) {
+  at::Generator gen = default_generator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   at::Tensor t = gen.get_state().contiguous();
   const auto* p = t.data_ptr<uint8_t>();
   return std::vector<uint8_t>(p, p + t.numel());
 }
 
-void set_generator_state(const uint8_t* p, int64_t n) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+void set_generator_state(const uint8_t* p, int64_t n, const c10::Device& device) {
+  at::Generator gen = default_generator(device);
   at::Tensor t = at::empty({n}, at::TensorOptions().dtype(at::kByte));
   std::memcpy(t.data_ptr<uint8_t>(), p, static_cast<size_t>(n));
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(t);
 }
 
-void reseed(uint64_t seed, int rank, int64_t step) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+void reseed(uint64_t seed, int rank, int64_t step, const c10::Device& device) {
+  at::Generator gen = default_generator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_current_seed(mix(mix(seed) ^ (static_cast<uint64_t>(rank) << 32) ^ static_cast<uint64_t>(step)));
 }
 
 }  // namespace
 
-void seed_default_generator(uint64_t seed, int rank) { reseed(seed, rank, 0); }
+void seed_default_generator(uint64_t seed, int rank, const c10::Device& device) { reseed(seed, rank, 0, device); }
 
-ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch, uint64_t seed, MPI_Comm world) {
+ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch, uint64_t seed, MPI_Comm world,
+                                  const c10::Device& device) {
   int size = 1;
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
-  std::vector<uint8_t> mine = generator_state();
+  std::vector<uint8_t> mine = generator_state(device);
   int64_t bytes = static_cast<int64_t>(mine.size()), max_bytes = 0;
   ST_MPI_CHECK(MPI_Allreduce(&bytes, &max_bytes, 1, MPI_INT64_T, MPI_MAX, world));
   ST_CHECK(max_bytes == bytes, "generator state sizes differ between ranks (", bytes, " vs ", max_bytes, " bytes)");
@@ -64,14 +76,15 @@ ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch,
   st.tokens_seen = pos.tokens_seen;
   auto c = pos.cursor.to_array();
   st.data_cursor.assign(c.begin(), c.end());
-  nlohmann::json extra = {{"rng_generator", "torch_cpu_default"}, {"rng_ranks", size}, {"rng_bytes_per_rank", bytes},
+  nlohmann::json extra = {{"rng_generator", generator_name(device)}, {"rng_ranks", size}, {"rng_bytes_per_rank", bytes},
                           {"global_batch", global_batch}, {"seed", seed}};
   st.extra_json = extra.dump();
   return st;
 }
 
 LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& path, int64_t global_batch,
-                               uint64_t seed, int rank, int world_size, std::string& notes) {
+                               uint64_t seed, int rank, int world_size, std::string& notes,
+                               const c10::Device& device) {
   ST_USER_CHECK(st.data_cursor.size() == 2, path, ": /train/data_cursor has ", st.data_cursor.size(),
                 " values, expected 2 (epoch, position)");
   ST_USER_CHECK(st.step >= 0 && st.tokens_seen >= 0, path, ": negative /train step or tokens_seen");
@@ -90,13 +103,18 @@ LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& pa
 
   const int64_t ranks = extra.value("rng_ranks", int64_t{0}), bytes = extra.value("rng_bytes_per_rank", int64_t{0});
   const bool rng_ok = ranks > 0 && bytes > 0 && static_cast<int64_t>(st.rng_state.size()) == ranks * bytes;
-  if (rng_ok && ranks == world_size) {
-    set_generator_state(st.rng_state.data() + static_cast<size_t>(rank) * bytes, bytes);
+  const std::string kind = extra.value("rng_generator", std::string("torch_cpu_default"));
+  if (rng_ok && ranks == world_size && kind == generator_name(device)) {
+    set_generator_state(st.rng_state.data() + static_cast<size_t>(rank) * bytes, bytes, device);
   } else {
-    reseed(seed, rank, st.step);
-    notes += rng_ok ? "# RNG: checkpoint holds " + std::to_string(ranks) + " rank states, this run has " +
-                          std::to_string(world_size) + " ranks: generators reseeded from run.seed (only dropout differs)\n"
-                    : "# RNG: checkpoint holds no usable generator states: reseeded from run.seed\n";
+    reseed(seed, rank, st.step, device);
+    if (!rng_ok) notes += "# RNG: checkpoint holds no usable generator states: reseeded from run.seed\n";
+    else if (ranks != world_size)
+      notes += "# RNG: checkpoint holds " + std::to_string(ranks) + " rank states, this run has " +
+               std::to_string(world_size) + " ranks: generators reseeded from run.seed (only dropout differs)\n";
+    else
+      notes += "# RNG: checkpoint holds " + kind + " generator states, this run draws from " +
+               generator_name(device) + ": reseeded from run.seed (only dropout differs)\n";
   }
   if (extra.contains("global_batch") && extra["global_batch"].get<int64_t>() != global_batch)
     notes += "# note: checkpoint was trained with global batch " + std::to_string(extra["global_batch"].get<int64_t>()) +

@@ -1,6 +1,7 @@
 // The loop position a checkpoint carries besides weights and optimizer state, and the
 // conversion to and from ckpt::TrainState (step, tokens, data cursor, per-rank RNG states).
 #pragma once
+#include <c10/core/Device.h>
 #include <mpi.h>
 
 #include <cstdint>
@@ -17,20 +18,25 @@ struct LoopPosition {
   data::SamplerCursor cursor;
 };
 
-// Seeds this rank's torch default CPU generator (dropout) from run.seed and the rank, so a
-// fresh run is reproducible and ranks draw different masks.
-void seed_default_generator(uint64_t seed, int rank);
+// The generator is torch's default generator of the compute device (dropout draws from it:
+// the CPU's, or the rank's GPU's Philox state).
 
-// Collective over world: every rank's default CPU generator state is gathered (ranks draw
-// different dropout masks, so one state would not resume them exactly); the result is the
-// same on every rank, as save_checkpoint requires.
-ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch, uint64_t seed, MPI_Comm world);
+// Seeds this rank's default generator of `device` from run.seed and the rank, so a fresh run
+// is reproducible and ranks draw different masks.
+void seed_default_generator(uint64_t seed, int rank, const c10::Device& device = c10::kCPU);
+
+// Collective over world: every rank's generator state is gathered (ranks draw different
+// dropout masks, so one state would not resume them exactly); the result is the same on
+// every rank, as save_checkpoint requires.
+ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch, uint64_t seed, MPI_Comm world,
+                                  const c10::Device& device = c10::kCPU);
 
 // No communication. Returns the position and restores this rank's generator: its own state
-// when the checkpoint was written by as many ranks, otherwise a reseed from (seed, rank,
-// step) (only dropout can tell). `notes` gets lines worth printing (rank 0 prints them).
-// UserError (naming `path`) when the state is malformed.
+// when the checkpoint was written by as many ranks on the same kind of device, otherwise a
+// reseed from (seed, rank, step) (only dropout can tell). `notes` gets lines worth printing
+// (rank 0 prints them). UserError (naming `path`) when the state is malformed.
 LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& path, int64_t global_batch,
-                               uint64_t seed, int rank, int world_size, std::string& notes);
+                               uint64_t seed, int rank, int world_size, std::string& notes,
+                               const c10::Device& device = c10::kCPU);
 
 }  // namespace shardtrain::train

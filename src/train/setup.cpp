@@ -99,6 +99,7 @@ fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d) {
   c.sgd.momentum = static_cast<float>(d.get_float("optimizer.momentum"));
   c.sgd.weight_decay = static_cast<float>(d.get_float("optimizer.weight_decay"));
   c.no_decay = d.get_string_list("optimizer.no_decay");
+  c.host_threads = static_cast<int>(d.get_int("optimizer.host_threads"));  // 0: the job fills in its threads
   if (c.name == "adamw") c.adamw.validate();
   else c.sgd.validate();
   return c;

@@ -4,6 +4,7 @@
 
 #include <ATen/Parallel.h>
 #include <sys/stat.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <cmath>
@@ -20,12 +21,10 @@
 #include "spec_json.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
-#include "shardtrain/fsdp/strategy_comms.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/runtime/device_mesh.h"
-#include "shardtrain/runtime/topology.h"
 #include "shardtrain/train/alloc_tracker.h"
+#include "shardtrain/train/job.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/peak_flops.h"
 #include "shardtrain/train/setup.h"
@@ -68,14 +67,21 @@ struct EvalResult {
 };
 
 // Mean loss (and accuracy) over the validation batches, every rank its own part.
-EvalResult evaluate(model::Model& m, const DataSource& data, int64_t max_batches, int micro_batches, MPI_Comm world) {
+// A batch on the compute device (the data sources build them in host memory).
+Batch on_device(Batch b, const c10::Device& device) {
+  if (device.is_cpu()) return b;
+  return {b.inputs.to(device, /*non_blocking=*/true), b.targets.to(device, /*non_blocking=*/true)};
+}
+
+EvalResult evaluate(model::Model& m, const DataSource& data, int64_t max_batches, int micro_batches,
+                    const c10::Device& device, MPI_Comm world) {
   torch::autograd::AutoGradMode no_grad(false);
   int64_t n = data.val_batches();
   if (max_batches > 0) n = std::min(n, max_batches);
   double sums[3] = {0, 0, 0};  // loss x items, items, correct
   for (int64_t i = 0; i < n; ++i) {
     for (int mb = 0; mb < micro_batches; ++mb) {
-      Batch b = data.val_batch(i, mb);
+      Batch b = on_device(data.val_batch(i, mb), device);
       at::Tensor logits = m.forward(b.inputs).to(at::kFloat);
       at::Tensor flat = logits.reshape({-1, logits.size(-1)});
       at::Tensor tgt = b.targets.reshape({-1});
@@ -102,27 +108,23 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   optim::KokkosScope kokkos;
   install_stop_signal_handlers();
 
-  // ---- topology, mesh, threads -------------------------------------------------------
-  runtime::Topology topo;
-  std::unique_ptr<runtime::DeviceMesh> mesh;
-  runtime::run_agreed(world, [&] {
-    topo = runtime::discover_topology(world, static_cast<int>(d.get_int("parallel.simulate_ranks_per_host")));
-  });
-  const fsdp::Strategy strategy = fsdp::parse_strategy(d.get_string("parallel.strategy"));
-  runtime::run_agreed(world, [&] {
-    mesh = std::make_unique<runtime::DeviceMesh>(world, topo, static_cast<int>(d.get_int("parallel.shard_group_size")));
-  });
-  const int threads = threads_per_rank(d, topo.local_size);
-  at::set_num_threads(threads);
+  // ---- topology, mesh, device, communicators, the model on meta ----------------------
+  ShardedJob job = open_sharded_job(world, d);
+  const runtime::Topology& topo = job.topo;
+  const runtime::DeviceMesh* mesh = job.mesh.get();
+  const fsdp::Strategy strategy = job.strategy;
+  const c10::Device device = job.device;
+  const int threads = job.threads;
+  // Torch's current device for this thread: where new CUDA tensors and streams belong.
+  c10::OptionalDeviceGuard device_guard(device.is_cuda() ? c10::optional<c10::Device>(device) : c10::nullopt);
 
   // ---- settings ----------------------------------------------------------------------
-  model::ModelSpec spec;
+  const model::ModelSpec& spec = job.spec;
   BatchPlan plan;
   optim::LrSchedule schedule;
   fsdp::OptimizerConfig opt_cfg;
   std::string out_dir;
   runtime::run_agreed(world, [&] {
-    spec = model_spec_from_deck(d);
     plan = plan_batches(d, rt.size());
     schedule = lr_schedule_from_deck(d);
     opt_cfg = optimizer_config_from_deck(d);
@@ -155,28 +157,19 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   std::unique_ptr<DataSource> data;
   runtime::run_agreed(world, [&] { data = open_data(d.get_string("data.dataset"), spec, scfg, spec.seq_len); });
 
-  // ---- model and engine --------------------------------------------------------------
-  const comm::CommOptions copts = comm_options_from_deck(d);
-  fsdp::StrategyComms comms;
-  runtime::run_agreed(world, [&] {
-    comms = fsdp::make_strategy_comms(strategy, *mesh, d.get_string("comm.backend"), topo.device, copts);
-  });
-  std::shared_ptr<model::Model> net = model::build_model(spec, at::kMeta);
-  fsdp::EngineOptions eopts;
-  runtime::run_agreed(world, [&] { eopts = engine_options_from_deck(d, *net); });
-  model::Model* raw = net.get();
-  auto init = [raw, seed](const std::string& name, at::Tensor& t) {
-    model::init_parameter(t, raw->init_for(name), model::param_seed(seed, name));
-  };
+  // ---- engine ------------------------------------------------------------------------
+  std::shared_ptr<model::Model> net = job.net;
+  const fsdp::EngineOptions& eopts = job.engine_options;
   Timer wrap_timer;
-  fsdp::Engine engine(*net, comms.engine(), eopts, init);
+  fsdp::Engine engine(*net, job.comms.engine(), eopts, seeded_init(*net, seed));
   fsdp::ShardedOptimizer optimizer(engine, opt_cfg);
-  const int64_t optim_state_bytes = optimizer.state_bytes();  // host vectors, not tensors
+  // Host vectors of the Kokkos kernels, which the tensor count misses (tensor state is counted).
+  const int64_t optim_state_bytes = optimizer.state_in_tensors() ? 0 : optimizer.state_bytes();
   const int64_t params = model::parameter_count(spec);
 
   const double peak_tflops = d.get_float("log.peak_tflops") > 0
                                  ? d.get_float("log.peak_tflops")
-                                 : allreduce(measure_peak_tflops(eopts.mp.param_dtype), MPI_MIN, world);
+                                 : allreduce(measure_peak_tflops(eopts.mp.param_dtype, device), MPI_MIN, world);
   const bool lm = !data->classification();
   const int64_t items_per_step = plan.global_batch * (lm ? data->tokens_per_item() : 1);
   const double flops_per_item = lm ? net->train_flops_per_token(spec.seq_len) : 6.0 * params;
@@ -188,6 +181,10 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
                 rt.size(), topo.num_hosts, topo.num_hosts == 1 ? "" : "s", topo.simulated ? ", simulated" : "",
                 mesh->replicate_size(), mesh->shard_size(), fsdp::to_string(strategy),
                 fsdp::dtype_name(eopts.mp.param_dtype), threads);
+    std::printf("# device %s (run.device = %s)%s; collectives %s\n", device.is_cuda() ? "cuda:<local rank>" : "cpu",
+                d.get_string("run.device").c_str(),
+                eopts.cpu_offload && device.is_cuda() ? ", shards and optimizer state in pinned host memory" : "",
+                job.comms.world ? comm::to_string(job.comms.world->backend()) : "none");
     std::printf("# batch: global %lld = micro %lld x accum %lld x %d ranks; %s\n",
                 static_cast<long long>(plan.global_batch), static_cast<long long>(plan.micro_batch),
                 static_cast<long long>(plan.grad_accum), plan.dp_ranks, data->describe().c_str());
@@ -218,7 +215,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     std::string notes;
     ckpt::CheckpointMeta meta;
     runtime::run_agreed(world, [&] {
-      pos = apply_train_state(st, *resume_from, plan.global_batch, seed, rt.rank(), rt.size(), notes);
+      pos = apply_train_state(st, *resume_from, plan.global_batch, seed, rt.rank(), rt.size(), notes, device);
       data->check_cursor(pos.cursor);
       if (rt.rank() == 0) meta = ckpt::read_checkpoint_meta(*resume_from);
     });
@@ -236,7 +233,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
       std::fflush(stdout);
     }
   } else {
-    seed_default_generator(seed, rt.rank());
+    seed_default_generator(seed, rt.rank(), device);
     if (rt.rank() == 0) {
       std::printf("# starting fresh (checkpoint.resume = \"%s\"); checkpoints in %s\n",
                   d.get_string("checkpoint.resume").c_str(), ckpts.dir().c_str());
@@ -271,7 +268,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   // validation, i.e. exactly where the next invocation's loop starts.
   auto save = [&](int64_t at_step, const std::string& why) {
     Timer save_timer;
-    const ckpt::TrainState st = make_train_state(pos, plan.global_batch, seed, world);
+    const ckpt::TrainState st = make_train_state(pos, plan.global_batch, seed, world, device);
     const std::string path = ckpts.save(at_step, engine, optimizer, st, info);
     last_saved = at_step;
     schedule_saves.saved();
@@ -297,14 +294,17 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     const double comm_before = engine.memory().exposed_comm_seconds;
     const float lr = schedule.lr_at(step);
     engine.zero_grad();
-    double local_loss = 0;
+    // Summed on the device: reading each micro-batch's loss would stall the host (and with
+    // it the next micro-batch's launches) on every micro-batch.
+    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
     for (int mb = 0; mb < plan.grad_accum; ++mb) {
       engine.set_last_micro_batch(mb == plan.grad_accum - 1);
-      Batch b = data->train_batch(cursor, mb);
+      Batch b = on_device(data->train_batch(cursor, mb), device);
       at::Tensor loss = net->loss(b.inputs, b.targets) / static_cast<double>(plan.grad_accum);
       loss.backward();
-      local_loss += loss.item<double>();
+      loss_sum.add_(loss.detach().to(at::kDouble));
     }
+    const double local_loss = loss_sum.item<double>();
     fault_pause("mid_step", step + 1, rt.rank());
     const double grad_norm = engine.clip_grad_norm(d.get_float("optimizer.grad_clip"));
     optimizer.step(lr);
@@ -336,13 +336,16 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
       r.peak_mem_bytes = static_cast<int64_t>(allreduce(static_cast<double>(read_process_memory().hwm_bytes), MPI_MAX, world));
       r.peak_tensor_bytes = static_cast<int64_t>(
           allreduce(static_cast<double>(alloc_counters().peak_bytes + optim_state_bytes), MPI_MAX, world));
+      // The CUDA caching allocator's max_memory_allocated (-1 on a CPU device: not logged).
+      r.peak_device_bytes = static_cast<int64_t>(
+          allreduce(static_cast<double>(engine.memory().device_peak_allocated_bytes), MPI_MAX, world));
       r.tokens_seen = tokens_seen;
       metrics.log_step(r);
       window_s = window_comm = 0;
       window_steps = 0;
     }
     if (val_every > 0 && (step % val_every == 0 || step == max_steps) && data->val_batches() > 0) {
-      EvalResult e = evaluate(*net, *data, d.get_int("train.val_batches"), static_cast<int>(plan.grad_accum), world);
+      EvalResult e = evaluate(*net, *data, d.get_int("train.val_batches"), static_cast<int>(plan.grad_accum), device, world);
       last_val = e.loss;
       last_acc = e.acc;
       metrics.log_eval({step, e.loss, e.acc});

@@ -20,6 +20,7 @@ struct StepRecord {
   double comm_share = 0;        // exposed communication / step time
   int64_t peak_mem_bytes = 0;   // max over ranks of the process peak RSS
   int64_t peak_tensor_bytes = 0;  // max over ranks: peak CPU tensor bytes since start + optimizer state
+  int64_t peak_device_bytes = -1;  // max over ranks: CUDA max_memory_allocated; -1 = CPU device
   int64_t tokens_seen = 0;
 };
 
@@ -47,6 +48,7 @@ class MetricsLog {
   std::ofstream out_;
   std::vector<double> step_ms_, items_per_s_;
   int64_t peak_tensor_bytes_ = 0;
+  int64_t peak_device_bytes_ = -1;
 };
 
 }  // namespace shardtrain::train

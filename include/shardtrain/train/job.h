@@ -1,0 +1,52 @@
+// ShardedJob: what every sharded command builds from a deck before its own work (train,
+// ckpt import, the planner's probe): topology -> mesh -> compute device -> communicators ->
+// model on the meta device -> engine options.
+#pragma once
+#include <c10/core/Device.h>
+#include <mpi.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "shardtrain/deck/deck.h"
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/fsdp/strategy_comms.h"
+#include "shardtrain/model/model.h"
+#include "shardtrain/runtime/device_mesh.h"
+#include "shardtrain/runtime/topology.h"
+
+namespace shardtrain::train {
+
+// The device this rank computes on, from run.device: "cpu"; "cuda" = GPU (local rank on its
+// real host) mod GPUs torch sees, an error naming run.device when torch has no CUDA or a host
+// runs more ranks than it has GPUs (NCCL needs one GPU per rank); "auto" = the same GPU when
+// every rank has one, else the CPU on every rank. Collective over world (all ranks agree).
+c10::Device select_device(const deck::Deck& d, MPI_Comm world);
+
+struct JobOptions {
+  std::optional<fsdp::Strategy> strategy;     // default: parallel.strategy
+  int ranks_per_host = -1;                    // default: parallel.simulate_ranks_per_host
+  std::optional<model::ModelSpec> spec;       // default: the deck's model
+  bool host_only = false;                     // a host tool (import, probe): CPU whatever run.device says
+};
+
+struct ShardedJob {
+  runtime::Topology topo;
+  std::unique_ptr<runtime::DeviceMesh> mesh;
+  fsdp::Strategy strategy = fsdp::Strategy::FullShard;
+  c10::Device device = c10::kCPU;
+  int threads = 1;  // intra-op threads set for this rank (run.threads or cores / ranks per host)
+  model::ModelSpec spec;
+  fsdp::StrategyComms comms;
+  std::shared_ptr<model::Model> net;  // parameters on the meta device until an Engine wraps it
+  fsdp::EngineOptions engine_options;  // from the deck, with strategy and device filled in
+};
+
+// Collective; deck errors (bad mesh, device, backend) are raised on every rank.
+ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOptions& o = {});
+
+// Parameter initialisation from run.seed, independent of the world size (fresh runs).
+fsdp::InitFn seeded_init(const model::Model& m, uint64_t seed);
+
+}  // namespace shardtrain::train
