@@ -34,9 +34,12 @@ std::vector<T> read_small(hid_t file, const std::string& path, const std::string
 }  // namespace
 
 IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
-                        TrainState& state, MPI_Comm world) {
+                        TrainState& state, MPI_Comm world, const LoadOptions& lo) {
   Timer timer;
-  Snapshot snap = view_snapshot(engine, opt);
+  // Shards in device memory are read into host buffers and copied over once all is checked.
+  const bool staged = lo.staged || !snapshot_in_host_memory(engine, opt);
+  std::vector<std::vector<float>> pool;
+  Snapshot snap = staged ? staged_snapshot(engine, opt, pool, /*copy=*/false) : view_snapshot(engine, opt);
   std::vector<ParamPlan> plan = make_plan(snap, world, /*split=*/true);
   const size_t ns = snap.state_names.size();
   H5Id file;
@@ -129,6 +132,7 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
     std::memset(v.master + first_pad, 0, static_cast<size_t>(n) * 4);
     for (float* s : v.states) std::memset(s + first_pad, 0, static_cast<size_t>(n) * 4);
   }
+  if (staged) restore_staged(snap, engine, opt);
   opt.set_steps_taken(opt_steps);
   engine.mark_params_updated();
   return IoStats{timer.seconds(), snapshot_file_bytes(snap)};

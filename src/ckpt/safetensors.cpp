@@ -197,7 +197,10 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
     std::vector<Fd> fds(files.size());
     for (fsdp::FlatParam* fp : flats) {
       const int64_t sb = static_cast<int64_t>(fp->shard_rank) * fp->shard_numel, se = sb + fp->shard_numel;
-      float* master = fp->master.data_ptr<float>();
+      // Shards in device memory: read into a host copy (its padding stays as it was), copy back.
+      const bool on_host = fp->master.device().is_cpu();
+      at::Tensor host = on_host ? fp->master : fp->master.to(at::kCPU);
+      float* master = host.data_ptr<float>();
       for (const auto& s : fp->slots) {
         int64_t a = std::max(sb, s.offset), b = std::min(se, s.offset + s.numel);
         if (a >= b) continue;
@@ -219,6 +222,7 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
         pread_all(fd, raw.data_ptr(), (b - a) * eb, e.begin + (a - s.offset) * eb, file);
         at::from_blob(master + (a - sb), {b - a}, at::TensorOptions().dtype(at::kFloat)).copy_(raw);
       }
+      if (!on_host) fp->master.copy_(host);
     }
   });
   engine.mark_params_updated();

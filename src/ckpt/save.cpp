@@ -222,7 +222,9 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
 
 IoStats save_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
                         const TrainState& state, const CheckpointInfo& info, MPI_Comm world, const SaveOptions& opts) {
-  return save_snapshot(path, view_snapshot(engine, opt), state, info, world, opts);
+  if (snapshot_in_host_memory(engine, opt)) return save_snapshot(path, view_snapshot(engine, opt), state, info, world, opts);
+  std::vector<std::vector<float>> pool;  // shards in device memory: written from host copies
+  return save_snapshot(path, staged_snapshot(engine, opt, pool), state, info, world, opts);
 }
 
 }  // namespace shardtrain::ckpt

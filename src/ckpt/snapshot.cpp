@@ -7,7 +7,10 @@
 
 namespace shardtrain::ckpt {
 
-Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
+namespace {
+
+// The layout of every flat shard, without data pointers.
+Snapshot layout_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
   Snapshot s;
   s.state_names = opt.state_names();
   // ShardedOptimizer names its state arrays; the names identify the algorithm.
@@ -17,8 +20,8 @@ Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
   for (size_t i = 0; i < flats.size(); ++i) {
     fsdp::FlatParam& fp = *flats[i];
     ST_CHECK(fp.master.defined() && fp.master.scalar_type() == at::kFloat && fp.master.is_contiguous() &&
-                 fp.master.numel() == fp.shard_numel && fp.master.device().is_cpu(),
-             "flat param ", i, ": master is not a contiguous fp32 CPU shard of ", fp.shard_numel);
+                 fp.master.numel() == fp.shard_numel,
+             "flat param ", i, ": master is not a contiguous fp32 shard of ", fp.shard_numel);
     FlatView v;
     for (const auto& slot : fp.slots) v.slots.push_back({slot.name, slot.shape, slot.offset, slot.numel});
     v.numel = fp.numel;
@@ -27,29 +30,69 @@ Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
     v.shard_rank = fp.shard_rank;
     v.shard_size = fp.shard_size;
     v.shard_begin = static_cast<int64_t>(fp.shard_rank) * fp.shard_numel;
-    v.master = fp.master.data_ptr<float>();
-    for (size_t k = 0; k < s.state_names.size(); ++k) v.states.push_back(opt.state(i, k));
+    v.states.assign(s.state_names.size(), nullptr);
     s.flats.push_back(std::move(v));
   }
   return s;
 }
 
-Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, std::vector<std::vector<float>>& pool) {
-  Snapshot s = view_snapshot(engine, opt);
+at::Tensor host_floats(float* p, int64_t n) { return at::from_blob(p, {n}, at::TensorOptions().dtype(at::kFloat)); }
+
+}  // namespace
+
+bool snapshot_in_host_memory(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
+  std::vector<fsdp::FlatParam*> flats = engine.flat_params();
+  const size_t ns = opt.state_names().size();
+  for (size_t i = 0; i < flats.size(); ++i) {
+    if (!flats[i]->master.device().is_cpu()) return false;
+    for (size_t k = 0; k < ns; ++k)
+      if (!opt.state_tensor(i, k).device().is_cpu()) return false;
+  }
+  return true;
+}
+
+Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
+  ST_CHECK(snapshot_in_host_memory(engine, opt), "view_snapshot: shards in device memory (use staged_snapshot)");
+  Snapshot s = layout_snapshot(engine, opt);
+  std::vector<fsdp::FlatParam*> flats = engine.flat_params();
+  for (size_t i = 0; i < flats.size(); ++i) {
+    s.flats[i].master = flats[i]->master.data_ptr<float>();
+    for (size_t k = 0; k < s.state_names.size(); ++k) s.flats[i].states[k] = opt.state(i, k);
+  }
+  return s;
+}
+
+Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, std::vector<std::vector<float>>& pool,
+                         bool copy) {
+  Snapshot s = layout_snapshot(engine, opt);
+  std::vector<fsdp::FlatParam*> flats = engine.flat_params();
   size_t next = 0;
-  for (FlatView& v : s.flats) {
-    auto stage = [&](float*& p) {
+  for (size_t i = 0; i < flats.size(); ++i) {
+    FlatView& v = s.flats[i];
+    // Tensor copies: from host memory a memcpy, from a device a device->host copy (synchronous).
+    auto stage = [&](float*& p, const at::Tensor& from) {
       if (pool.size() <= next) pool.emplace_back();
       std::vector<float>& buf = pool[next++];
       buf.resize(static_cast<size_t>(v.shard_numel));
-      if (v.shard_numel) std::memcpy(buf.data(), p, static_cast<size_t>(v.shard_numel) * sizeof(float));
       p = buf.data();
+      if (copy && v.shard_numel) host_floats(p, v.shard_numel).copy_(from);
     };
-    stage(v.master);
-    for (float*& p : v.states) stage(p);
+    stage(v.master, flats[i]->master);
+    for (size_t k = 0; k < s.state_names.size(); ++k) stage(v.states[k], opt.state_tensor(i, k));
   }
   pool.resize(next);
   return s;
+}
+
+void restore_staged(const Snapshot& s, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
+  std::vector<fsdp::FlatParam*> flats = engine.flat_params();
+  ST_CHECK(flats.size() == s.flats.size(), "restore_staged: ", s.flats.size(), " staged flats for ", flats.size());
+  for (size_t i = 0; i < flats.size(); ++i) {
+    const FlatView& v = s.flats[i];
+    if (v.shard_numel == 0) continue;
+    flats[i]->master.copy_(host_floats(v.master, v.shard_numel));
+    for (size_t k = 0; k < v.states.size(); ++k) opt.state_tensor(i, k).copy_(host_floats(v.states[k], v.shard_numel));
+  }
 }
 
 int64_t snapshot_file_bytes(const Snapshot& s) {

@@ -1,6 +1,8 @@
 // ShardedOptimizer: per-shard fused optimizer state and the decay masks over flat layouts.
 #include "shardtrain/fsdp/sharded_optimizer.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -29,18 +31,21 @@ ShardedOptimizer::ShardedOptimizer(Engine& engine, OptimizerConfig cfg)
     : engine_(engine), cfg_(std::move(cfg)), flats_(engine.flat_params()) {
   ST_USER_CHECK(cfg_.name == "adamw" || cfg_.name == "sgd", "unknown optimizer.name '", cfg_.name,
                 "' (adamw, sgd)");
-  on_device_ = !flats_.empty() && !flats_.front()->master.device().is_cpu();
+  on_device_ = cfg_.state_as_tensors || (!flats_.empty() && !flats_.front()->master.device().is_cpu());
   if (on_device_) {
-    ST_USER_CHECK(cfg_.name == "adamw", "optimizer.name = '", cfg_.name, "' steps on the host only: with "
-                  "parameters on ", flats_.front()->master.device().str(), " use adamw or fsdp.cpu_offload = true");
-    cfg_.adamw.validate();
+    if (cfg_.name == "adamw") cfg_.adamw.validate();
+    else cfg_.sgd.validate();
     for (FlatParam* fp : flats_) {
       masks_.push_back(shard_decay_mask(*fp, cfg_.no_decay));
-      const std::vector<int64_t> b = optim::decay_bounds(masks_.back(), cfg_.adamw);
       DeviceState d;
-      d.exp_avg = at::zeros_like(fp->master);
-      d.exp_avg_sq = at::zeros_like(fp->master);
-      d.bounds = at::tensor(at::ArrayRef<int64_t>(b), at::TensorOptions().dtype(at::kLong)).to(fp->master.device());
+      if (cfg_.name == "adamw") {
+        const std::vector<int64_t> b = optim::decay_bounds(masks_.back(), cfg_.adamw);
+        d.exp_avg = at::zeros_like(fp->master);
+        d.exp_avg_sq = at::zeros_like(fp->master);
+        d.bounds = at::tensor(at::ArrayRef<int64_t>(b), at::TensorOptions().dtype(at::kLong)).to(fp->master.device());
+      } else if (cfg_.sgd.momentum != 0.0f) {
+        d.momentum = at::zeros_like(fp->master);
+      }
       dev_.push_back(std::move(d));
     }
     return;
@@ -63,7 +68,7 @@ void ShardedOptimizer::step_host_threaded(float lr) {
   };
   int64_t total = 0;
   for (FlatParam* fp : flats_) total += fp->shard_numel;
-  const int threads = cfg_.host_threads;
+  const int threads = host_threads();
   const int64_t target = std::max<int64_t>(1 << 16, total / (4 * threads) + 1);
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < flats_.size(); ++i)
@@ -96,27 +101,51 @@ void ShardedOptimizer::step_host_threaded(float lr) {
   for (auto& o : adamw_) o->set_steps_taken(step);
 }
 
+int ShardedOptimizer::host_threads() const {
+  return cfg_.host_threads > 0 ? cfg_.host_threads : std::max(1, at::get_num_threads());
+}
+
 void ShardedOptimizer::step_on_device(float lr) {
-  const optim::AdamWScalars s = optim::adamw_scalars(cfg_.adamw, lr, device_steps_ + 1);
+  const int64_t step = device_steps_ + 1;
+  at::NoGradGuard no_grad;
   for (size_t i = 0; i < flats_.size(); ++i) {
     FlatParam& fp = *flats_[i];
     DeviceState& d = dev_[i];
-    if (optim::adamw_cuda_built()) {
+    if (cfg_.name == "sgd") {
+      // The Kokkos kernel's operations (sgd.cpp), as tensor operations: the decayed ranges take
+      // d = g + wd*p, then the momentum buffer (a copy of d on the first step), then p -= lr*d.
+      const optim::SGDConfig& c = cfg_.sgd;
+      at::Tensor dp = fp.grad_shard;
+      if (c.weight_decay != 0.0f && !masks_[i].ranges().empty()) {
+        dp = dp.clone();
+        for (const auto& r : masks_[i].ranges())
+          dp.narrow(0, r.begin, r.size()).add_(fp.master.narrow(0, r.begin, r.size()), c.weight_decay);
+      }
+      if (c.momentum != 0.0f) {
+        if (step == 1) d.momentum.copy_(dp);
+        else d.momentum.mul_(c.momentum).add_(dp);
+        dp = c.nesterov ? dp.add(d.momentum, c.momentum) : d.momentum;
+      }
+      fp.master.add_(dp, -lr);
+      continue;
+    }
+    const optim::AdamWScalars s = optim::adamw_scalars(cfg_.adamw, lr, step);
+    if (optim::adamw_cuda_built() && fp.master.is_cuda()) {
       optim::adamw_step_cuda(fp.master.data_ptr<float>(), fp.grad_shard.data_ptr<float>(),
                              d.exp_avg.data_ptr<float>(), d.exp_avg_sq.data_ptr<float>(), fp.shard_numel,
                              d.bounds.data_ptr<int64_t>(), d.bounds.numel(), s,
                              current_cuda_stream(fp.master.device()));
       continue;
     }
-    // No nvcc in this build: the same update in libtorch operations (rounding may differ).
-    at::NoGradGuard no_grad;
+    // No nvcc in this build (or a host master): the kernel's update in libtorch operations, in
+    // its operation order (rounding may differ: no fused multiply-add control).
     if (cfg_.adamw.weight_decay != 0.0f)
       for (const auto& r : masks_[i].ranges()) fp.master.narrow(0, r.begin, r.size()).mul_(s.decay_factor);
     d.exp_avg.mul_(s.beta1).add_(fp.grad_shard, s.one_minus_beta1);
     d.exp_avg_sq.mul_(s.beta2).addcmul_(fp.grad_shard, fp.grad_shard, s.one_minus_beta2);
     fp.master.addcdiv_(d.exp_avg, d.exp_avg_sq.sqrt().add_(s.eps_scaled), s.neg_step_size);
   }
-  ++device_steps_;
+  device_steps_ = step;
 }
 
 void ShardedOptimizer::step(float lr) {
@@ -125,7 +154,7 @@ void ShardedOptimizer::step(float lr) {
     engine_.mark_params_updated();
     return;
   }
-  if (!adamw_.empty() && cfg_.host_threads > 1) {
+  if (!adamw_.empty() && host_threads() > 1) {
     step_host_threaded(lr);
     engine_.mark_params_updated();
     return;
@@ -158,21 +187,38 @@ void ShardedOptimizer::set_steps_taken(int64_t steps) {
 
 int64_t ShardedOptimizer::state_bytes() const {
   int64_t b = 0;
-  for (auto& d : dev_) b += 2 * d.exp_avg.numel() * 4;
+  for (auto& d : dev_)
+    for (const at::Tensor* t : {&d.exp_avg, &d.exp_avg_sq, &d.momentum})
+      if (t->defined()) b += t->numel() * 4;
   for (auto& o : adamw_) b += 2 * o->size() * 4;
   for (auto& o : sgd_) b += (o->config().momentum != 0 ? o->size() * 4 : 0);
   return b;
 }
 
 std::vector<std::string> ShardedOptimizer::state_names() const {
-  if (!adamw_.empty() || on_device_) return {"exp_avg", "exp_avg_sq"};
-  if (!sgd_.empty() && cfg_.sgd.momentum != 0) return {"momentum"};
+  if (cfg_.name == "adamw") return {"exp_avg", "exp_avg_sq"};
+  if (cfg_.sgd.momentum != 0) return {"momentum"};
   return {};
 }
 
+at::Tensor ShardedOptimizer::state_tensor(size_t flat_index, size_t state_index) {
+  ST_CHECK(state_index < state_names().size(), "optimizer state ", state_index, " of ", state_names().size());
+  if (on_device_) {
+    const DeviceState& d = dev_.at(flat_index);
+    if (cfg_.name == "sgd") return d.momentum;
+    return state_index == 0 ? d.exp_avg : d.exp_avg_sq;
+  }
+  return at::from_blob(state(flat_index, state_index), {flats_.at(flat_index)->shard_numel},
+                       at::TensorOptions().dtype(at::kFloat));
+}
+
 float* ShardedOptimizer::state(size_t flat_index, size_t state_index) {
-  ST_CHECK(!on_device_, "optimizer state lives on ", flats_.front()->master.device().str(),
-           ": host access (checkpoints) needs fsdp.cpu_offload = true for now");
+  if (on_device_) {
+    at::Tensor t = state_tensor(flat_index, state_index);
+    ST_CHECK(t.device().is_cpu(), "optimizer state lives on ", t.device().str(),
+             ": copy through state_tensor() (checkpoints stage it in host memory)");
+    return t.data_ptr<float>();
+  }
   if (!adamw_.empty())
     return state_index == 0 ? adamw_.at(flat_index)->exp_avg() : adamw_.at(flat_index)->exp_avg_sq();
   return sgd_.at(flat_index)->momentum_buffer();

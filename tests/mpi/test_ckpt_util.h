@@ -30,6 +30,7 @@ struct Layout {
   at::ScalarType dtype = at::kFloat;      // bf16: two flats per unit (norms stay fp32)
   std::string optimizer = "adamw";
   int64_t d = 24;                         // another d = another model
+  bool state_as_tensors = false;          // the optimizer's device implementation, on the host
 };
 
 // Model + groups + engine + optimizer over `comm` (any sub-communicator of the world).
@@ -78,6 +79,7 @@ struct Trainee {
     fsdp::OptimizerConfig oc;
     oc.name = L.optimizer;
     oc.sgd.momentum = 0.9f;
+    oc.state_as_tensors = L.state_as_tensors;
     opt = std::make_unique<fsdp::ShardedOptimizer>(*engine, oc);
   }
 };

@@ -64,8 +64,13 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
 // shapes, dtypes and the digests; then marks parameters updated. A bad file ends every
 // rank with one UserError naming the file and dataset; nothing is modified in that case
 // except (for digest failures found after reading) the shards, which are then garbage.
+struct LoadOptions {
+  // Read into host buffers, then copy into the shards (always done for shards in device
+  // memory; set here, host runs take the same path: how the tests check it without a GPU).
+  bool staged = false;
+};
 IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
-                        TrainState& state, MPI_Comm world);
+                        TrainState& state, MPI_Comm world, const LoadOptions& lo = {});
 
 // Collective. Structure and every dataset's digest (the ranks split the reading).
 // UserError naming the file and the first bad dataset.

@@ -32,13 +32,19 @@ struct Snapshot {
   int64_t optimizer_steps = 0;
 };
 
-// Views into the engine's masters and the optimizer's state (no copy). Loading writes
-// through these pointers.
+// True when every master and optimizer state array is in host memory (views are possible).
+bool snapshot_in_host_memory(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt);
+// Views into the engine's masters and the optimizer's state (no copy); host memory only.
+// Loading writes through these pointers.
 Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt);
-// Host copies of the same (for background writes while training continues), in `pool`:
-// grown as needed and reused across saves, so a save does not pay for fresh page faults.
-// The snapshot points into pool, which must outlive it.
-Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, std::vector<std::vector<float>>& pool);
+// Host copies of the same in `pool` (background writes while training continues; shards in
+// device memory): grown as needed and reused across saves, so a save does not pay for fresh
+// page faults. copy = false only sizes the buffers (a load's destination). The snapshot
+// points into pool, which must outlive it.
+Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, std::vector<std::vector<float>>& pool,
+                         bool copy = true);
+// Copies a staged snapshot's buffers into the masters and optimizer state (wherever they live).
+void restore_staged(const Snapshot& s, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt);
 // Bytes of parameter and state data the snapshot's datasets hold in the file (whole model).
 int64_t snapshot_file_bytes(const Snapshot& s);
 

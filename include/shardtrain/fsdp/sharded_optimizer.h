@@ -19,15 +19,19 @@ struct OptimizerConfig {
   // Host threads for the AdamW step on host shards (CPU offload of a large model: the Kokkos
   // Serial kernel is one core's worth). The shards are cut into chunks, each stepped by the
   // same kernel on its part of the mask, so the result does not depend on this number.
+  // 0 = libtorch's intra-op thread count (at::get_num_threads()).
   int host_threads = 1;
+  // Run the device implementation (state as tensors beside the masters) even for host shards:
+  // how the host tests check the device path's logic (libtorch operations on a CPU master).
+  bool state_as_tensors = false;
 };
 
 // Owns the optimizer state of this rank's shards (fp32, same length as each shard).
 // Weight decay is expressed as element ranges over each flat layout, cut to the shard.
 // Where the masters live decides where it steps: host memory (CPU runs, cpu_offload) -> the
-// Kokkos kernels; a CUDA device -> the fused CUDA AdamW kernel (adamw_cuda.h) with the moments
-// on the device, or, in builds without nvcc, the same update as libtorch operations
-// (not bit-equal to the kernel). SGD runs on the host only.
+// Kokkos kernels on host arrays; a CUDA device -> the state as tensors on that device, AdamW
+// by the fused CUDA kernel (adamw_cuda.h; in builds without nvcc, and for SGD, by libtorch
+// operations in the kernels' operation order).
 class ShardedOptimizer {
  public:
   ShardedOptimizer(Engine& engine, OptimizerConfig cfg);
@@ -39,7 +43,13 @@ class ShardedOptimizer {
   int64_t state_bytes() const;
   // State arrays per flat param, for checkpoints: {"exp_avg", "exp_avg_sq"} or {"momentum"}.
   std::vector<std::string> state_names() const;
+  // A state array as a tensor of shard_numel fp32 on the masters' device (host state: a view
+  // of the kernel's array). Checkpoints copy through it.
+  at::Tensor state_tensor(size_t flat_index, size_t state_index);
+  // The same as a host pointer; only for state in host memory.
   float* state(size_t flat_index, size_t state_index);
+  // True when the state lives in tensors (device masters, or state_as_tensors).
+  bool state_in_tensors() const { return on_device_; }
   const optim::DecayMask& decay_mask(size_t flat_index) const { return masks_.at(flat_index); }
 
  private:
@@ -49,14 +59,16 @@ class ShardedOptimizer {
   std::vector<optim::DecayMask> masks_;
   std::vector<std::unique_ptr<optim::FusedAdamW>> adamw_;
   std::vector<std::unique_ptr<optim::FusedSGD>> sgd_;
-  // Masters on a CUDA device: moments and the decay mask's bounds live there too.
+  // Masters on a CUDA device: the state and the decay mask's bounds live there too.
   struct DeviceState {
-    at::Tensor exp_avg, exp_avg_sq, bounds;  // bounds: int64 [b0, e0, b1, e1, ...]
+    at::Tensor exp_avg, exp_avg_sq, bounds;  // adamw; bounds: int64 [b0, e0, b1, e1, ...]
+    at::Tensor momentum;                     // sgd with momentum
   };
   bool on_device_ = false;
   int64_t device_steps_ = 0;
   std::vector<DeviceState> dev_;
   void step_on_device(float lr);
+  int host_threads() const;
   void step_host_threaded(float lr);
 };
 
