@@ -711,7 +711,13 @@ double Engine::clip_grad_norm(double max_norm) {
   double sharded = 0, whole = 0;
   for (auto& u : impl_->units)
     for (auto& fp : u->flats) {
-      double s = fp->grad_shard.to(at::kDouble).pow(2).sum().item<double>();
+      // In fp64, a chunk at a time: a whole-shard fp64 square would be 4x the shard's bytes
+      // (the peak of a no_shard step on the host).
+      const at::Tensor& g = fp->grad_shard;
+      at::Tensor acc = at::zeros({}, g.options().dtype(at::kDouble));
+      for (int64_t b = 0; b < g.numel(); b += kNormChunkElems)
+        acc.add_(g.narrow(0, b, std::min(kNormChunkElems, g.numel() - b)).to(at::kDouble).pow_(2).sum());
+      const double s = acc.item<double>();
       (u->is_ignored ? whole : sharded) += s;
     }
   if (impl_->comms.shard && impl_->comms.shard->size() > 1) {

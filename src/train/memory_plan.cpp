@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/forward_hook.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
@@ -436,7 +437,8 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   // Recomputation nodes keep their block's input until the graph is freed after backward.
   at.push_back({"embedding backward", U_end, Gr + pending_end,
                 a.inputs + a.embed_bwd + (rc ? L * a.block_io + a.embed_saved_rc : 0)});
-  if (!off) at.push_back({"clip", U_end, 0, 16 * max_shard});
+  // clip_grad_norm: one chunk squared in fp64 (fsdp::kNormChunkElems), on the host too.
+  if (!off) at.push_back({"clip", U_end, 0, 8 * std::min<int64_t>(max_shard, fsdp::kNormChunkElems)});
 
   // Sharded initialisation (fsdp::Engine, materialize): one flat at a time, the whole flat
   // in fp32, one parameter's init values, then this rank's master slice and the empty

@@ -32,6 +32,10 @@ struct EngineComms {
 
 struct Unit;  // defined in src/fsdp/unit.h
 
+// clip_grad_norm squares gradients in fp64 this many elements at a time (its only scratch
+// memory: 8 bytes per element of one chunk).
+inline constexpr int64_t kNormChunkElems = int64_t{1} << 20;
+
 // Bytes by category on this rank, from the engine's own bookkeeping.
 struct MemoryStats {
   int64_t master_bytes = 0;         // fp32 parameter shards (incl. ignored, kept whole)
