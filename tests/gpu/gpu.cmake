@@ -22,6 +22,13 @@ if(SHARDTRAIN_TORCH_CUDA)
   endforeach()
   add_mpi_test(NAME gpu_nccl TARGET test_gpu_nccl NP 1 2 LABELS gpu TIMEOUT 300)
   add_mpi_test(NAME gpu_engine TARGET test_gpu_engine NP 1 2 LABELS gpu TIMEOUT 300)
+  # The trainer on the GPU, end to end (against the CPU, resume, offload, SGD, bf16).
+  if(TARGET shardtrain)
+    add_test(NAME gpu_train COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train_gpu.sh $<TARGET_FILE:shardtrain>
+             ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
+    set_tests_properties(gpu_train PROPERTIES LABELS "gpu;e2e" TIMEOUT 600 PROCESSORS 2
+                         ENVIRONMENT "OMP_NUM_THREADS=1" SKIP_RETURN_CODE ${SHARDTRAIN_GPU_SKIP})
+  endif()
   foreach(name gpu_nccl_np1 gpu_nccl_np2 gpu_engine_np1 gpu_engine_np2)
     set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE ${SHARDTRAIN_GPU_SKIP})
   endforeach()
@@ -36,6 +43,6 @@ else()
   endif()
   # Say so in the gpu label instead of silently having fewer tests.
   add_test(NAME gpu_torch_cuda COMMAND ${CMAKE_COMMAND} -E echo
-           "SKIP: gpu_nccl and gpu_engine need a CUDA libtorch (-DTorch_DIR=...); this build has ${Torch_VERSION} CPU")
+           "SKIP: gpu_nccl, gpu_engine and gpu_train need a CUDA libtorch (-DTorch_DIR=...); this build has ${Torch_VERSION} CPU")
   set_tests_properties(gpu_torch_cuda PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "^SKIP:")
 endif()
