@@ -146,9 +146,15 @@ std::vector<KeySpec> build_schema() {
     Int("train.val_batches", 10, "global batches of the validation split per evaluation (in order)").at_least(1).unit("batches"),
 
     // [data]
-    Str("data.dataset", "", "prepared dataset directory (shardtrain data prepare); \"\" = synthetic tokens"),
-    Str("data.tokenizer", "gpt2", "tokenizer that produced (or will produce) the tokens").one_of({"gpt2", "byte"}),
-    Float("data.val_fraction", 0.05, "fraction of the dataset held out for validation").at_least(0).at_most(0.5),
+    Str("data.dataset", "",
+        "prepared dataset directory (shardtrain data prepare); \"\" = synthetic items drawn from run.seed "
+        "(uniform tokens, or N(0,1) images for vit; no validation): throughput and scaling runs"),
+    Str("data.tokenizer", "gpt2", "tokenizer that produced the tokens; when set, a token dataset made with another is an error")
+        .one_of({"gpt2", "byte"}),
+    Float("data.val_fraction", 0.05,
+          "validation fraction the dataset was prepared with (`data prepare --val-fraction`); when set, a "
+          "dataset split otherwise is an error")
+        .at_least(0).at_most(0.5),
 
     // [log]
     Int("log.every", 10, "print and record metrics every this many steps").at_least(1).unit("steps"),

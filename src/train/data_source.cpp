@@ -1,6 +1,9 @@
 // Token and image data sources over the data layer's datasets and samplers.
 #include "data_source.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
 #include <sstream>
 
 #include "shardtrain/data/batch_tensors.h"
@@ -45,6 +48,7 @@ class TokenSource : public DataSource {
   }
   int64_t tokens_per_item() const override { return seq_; }
   bool classification() const override { return false; }
+  const data::TokenDatasetMeta& meta() const { return train_.meta(); }
   std::string describe() const override {
     std::ostringstream os;
     os << train_.meta().tokenizer << " tokens: " << train_.size() << " train, " << val_.size() << " val";
@@ -99,13 +103,86 @@ class ImageSource : public DataSource {
   std::unique_ptr<data::ImageSampler> val_sampler_;
 };
 
+// data.dataset = "": items drawn from (run.seed, item index) alone, so a global batch is the same
+// whatever the world size and micro-batching, like a real dataset's: uniform random tokens for
+// language models, N(0,1) images and uniform labels for ViT. No files and no validation split;
+// for throughput, scaling and memory runs (the loss only shows that training runs).
+class SyntheticSource : public DataSource {
+ public:
+  // Items per "epoch": large enough never to wrap in a real run, small enough for int64 cursors.
+  static constexpr int64_t kItems = int64_t{1} << 40;
+
+  SyntheticSource(const model::ModelSpec& spec, const data::SamplerConfig& cfg, int64_t seq)
+      : spec_(spec), seq_(seq), seed_(cfg.seed), index_(kItems, [&] {
+          data::SamplerConfig c = cfg;
+          c.shuffle = false;  // item ids are already random draws; no permutation of 2^40 items
+          return c;
+        }()) {
+    ST_USER_CHECK(seq <= spec.seq_len, "sequence length ", seq, " exceeds model.seq_len ", spec.seq_len);
+  }
+  Batch train_batch(const data::SamplerCursor& c, int m) const override {
+    const std::vector<int64_t> items = index_.local_items(c, m);
+    const int64_t n = static_cast<int64_t>(items.size());
+    const bool vit = spec_.arch == "vit";
+    at::Tensor x = vit ? at::empty({n, spec_.channels, spec_.image_size, spec_.image_size})
+                       : at::empty({n, seq_ + 1}, at::TensorOptions().dtype(at::kLong));
+    at::Tensor y = vit ? at::empty({n}, at::TensorOptions().dtype(at::kLong)) : at::Tensor();
+    for (int64_t i = 0; i < n; ++i) {
+      at::Generator g = at::make_generator<at::CPUGeneratorImpl>(item_seed(items[i]));
+      if (vit) {
+        x[i].normal_(0, 1, g);
+        y[i].random_(0, spec_.num_classes, g);
+      } else {
+        x[i].random_(0, spec_.vocab_size, g);
+      }
+    }
+    if (vit) return {x, y};
+    return {x.narrow(1, 0, seq_).contiguous(), x.narrow(1, 1, seq_).contiguous()};
+  }
+  data::SamplerCursor next(const data::SamplerCursor& c) const override { return index_.next(c); }
+  void check_cursor(const data::SamplerCursor& c) const override { index_.check(c); }
+  int64_t train_steps_per_epoch() const override { return index_.steps_per_epoch(); }
+  int64_t val_batches() const override { return 0; }
+  Batch val_batch(int64_t, int) const override { ST_CHECK(false, "synthetic data has no validation split"); return {}; }
+  int64_t tokens_per_item() const override { return spec_.arch == "vit" ? 0 : seq_; }
+  bool classification() const override { return spec_.arch == "vit"; }
+  std::string describe() const override {
+    std::ostringstream os;
+    if (spec_.arch == "vit")
+      os << "synthetic images (data.dataset = \"\"): N(0,1) pixels, uniform labels, no validation";
+    else
+      os << "synthetic tokens (data.dataset = \"\"): uniform over " << spec_.vocab_size << " ids, no validation";
+    return os.str();
+  }
+
+ private:
+  uint64_t item_seed(int64_t item) const {
+    uint64_t x = seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(item) + 0x632BE59BD9B4E019ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  }
+  model::ModelSpec spec_;
+  int64_t seq_;
+  uint64_t seed_;
+  data::IndexSampler index_;
+};
+
 }  // namespace
 
 std::unique_ptr<DataSource> open_data(const std::string& dir, const model::ModelSpec& spec,
-                                      const data::SamplerConfig& cfg, int64_t seq_len) {
-  ST_USER_CHECK(!dir.empty(), "data.dataset is empty: point it at a directory made by `shardtrain data prepare`");
+                                      const data::SamplerConfig& cfg, int64_t seq_len, const DataKeys& keys) {
+  if (dir.empty()) return std::make_unique<SyntheticSource>(spec, cfg, seq_len);
   if (spec.arch == "vit") return std::make_unique<ImageSource>(dir, spec, cfg);
-  return std::make_unique<TokenSource>(dir, spec, cfg, seq_len);
+  auto src = std::make_unique<TokenSource>(dir, spec, cfg, seq_len);
+  // The tokenizer and split are fixed when the dataset is prepared: the deck's keys must agree.
+  const data::TokenDatasetMeta& m = src->meta();
+  ST_USER_CHECK(keys.tokenizer.empty() || keys.tokenizer == m.tokenizer, "data.tokenizer = \"", keys.tokenizer,
+                "\" but data.dataset '", dir, "' was prepared with the ", m.tokenizer, " tokenizer");
+  ST_USER_CHECK(keys.val_fraction < 0 || std::fabs(keys.val_fraction - m.val_fraction) < 1e-9,
+                "data.val_fraction = ", keys.val_fraction, " but data.dataset '", dir, "' was prepared with ",
+                m.val_fraction, " (the split is made by `shardtrain data prepare --val-fraction`)");
+  return src;
 }
 
 }  // namespace shardtrain::train

@@ -32,8 +32,15 @@ class DataSource {
   virtual std::string describe() const = 0;
 };
 
-// Opens data.dataset for the model: a token dataset for gpt2/llama, an image dataset for vit.
+// Deck keys a token dataset is checked against (empty / negative: not checked).
+struct DataKeys {
+  std::string tokenizer;      // data.tokenizer
+  double val_fraction = -1;   // data.val_fraction, when the deck sets it
+};
+
+// Opens data.dataset for the model: a token dataset for gpt2/llama, an image dataset for vit,
+// synthetic items when dataset_dir is empty.
 std::unique_ptr<DataSource> open_data(const std::string& dataset_dir, const model::ModelSpec& spec,
-                                      const data::SamplerConfig& train_cfg, int64_t seq_len);
+                                      const data::SamplerConfig& train_cfg, int64_t seq_len, const DataKeys& keys = {});
 
 }  // namespace shardtrain::train

@@ -155,7 +155,10 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   scfg.rank = rt.rank();
   scfg.world = rt.size();
   std::unique_ptr<DataSource> data;
-  runtime::run_agreed(world, [&] { data = open_data(d.get_string("data.dataset"), spec, scfg, spec.seq_len); });
+  DataKeys data_keys;
+  if (d.is_set("data.tokenizer")) data_keys.tokenizer = d.get_string("data.tokenizer");
+  if (d.is_set("data.val_fraction")) data_keys.val_fraction = d.get_float("data.val_fraction");
+  runtime::run_agreed(world, [&] { data = open_data(d.get_string("data.dataset"), spec, scfg, spec.seq_len, data_keys); });
 
   // ---- engine ------------------------------------------------------------------------
   std::shared_ptr<model::Model> net = job.net;
