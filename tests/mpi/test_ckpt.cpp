@@ -2,6 +2,7 @@
 // resume choice and asynchronous saves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "test_ckpt_util.h"
@@ -45,8 +46,11 @@ ckpt::TrainState sample_state(int64_t step) {
 
 }  // namespace
 
-// Write with w ranks and every writer layout, read with r ranks and every reader layout,
-// for all w, r <= world size: masters and optimizer state come back bit for bit.
+// Write with w ranks and every writer layout, read with r ranks and every reader layout:
+// masters and optimizer state come back bit for bit. At world size D this checks the pairs
+// with max(w, r) == D (the reader layout depends only on the writer layout and r); the pairs
+// with both below D are the ones the smaller world sizes check, so ckpt_np1..np4 together
+// cover every w, r <= 4, each pair once.
 TEST(CkptReshard, EveryWriterSizeAndLayoutToEveryReader) {
   optim::KokkosScope kokkos;
   const int D = size_of(MPI_COMM_WORLD);
@@ -70,6 +74,7 @@ TEST(CkptReshard, EveryWriterSizeAndLayoutToEveryReader) {
       }
       MPI_Barrier(MPI_COMM_WORLD);
       for (int r = 1; r <= D; ++r) {
+        if (std::max(w, r) != D) continue;  // checked at world size max(w, r)
         const Layout& L = readers[(li + r) % readers.size()];
         MPI_Comm rc = first_ranks(r);
         if (rc != MPI_COMM_NULL) {
@@ -87,7 +92,7 @@ TEST(CkptReshard, EveryWriterSizeAndLayoutToEveryReader) {
       }
     }
   }
-  EXPECT_EQ(loads, D * 4 * D);
+  EXPECT_EQ(loads, (2 * D - 1) * 4);
 }
 
 // The loaded engine computes what the saved one computed (parameters re-gathered).
