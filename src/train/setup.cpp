@@ -112,6 +112,11 @@ optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d) {
   s.min_lr = static_cast<float>(d.get_float("lr.min_lr"));
   s.warmup_steps = d.get_int("lr.warmup_steps");
   s.decay_steps = d.get_int("lr.decay_steps") > 0 ? d.get_int("lr.decay_steps") : d.get_int("train.max_steps");
+  ST_USER_CHECK(s.decay == optim::LrDecay::Constant || s.decay_steps > s.warmup_steps, "lr.warmup_steps = ",
+                s.warmup_steps, " must be below ",
+                d.get_int("lr.decay_steps") > 0 ? "lr.decay_steps = " : "train.max_steps (lr.decay_steps = 0) = ",
+                s.decay_steps, " with lr.schedule = ", d.get_string("lr.schedule"),
+                ": shorten the warmup or use lr.schedule = \"constant\"");
   s.validate();
   return s;
 }
