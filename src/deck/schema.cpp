@@ -74,7 +74,7 @@ std::vector<KeySpec> build_schema() {
     // [model]
     Str("model.arch", "gpt2", "model family").one_of({"gpt2", "llama", "vit"}),
     Str("model.preset", "", "named size that fills the model keys this deck does not set; \"\" = none")
-        .one_of({"", "gpt2-124m", "gpt2-355m", "gpt2-774m", "gpt2-1.5b"}),
+        .one_of({"", "gpt2-124m", "gpt2-355m", "gpt2-774m", "gpt2-1.5b", "llama-7b", "vit-mnist"}),  // = model::preset_names()
     Int("model.vocab_size", 50257, "vocabulary size (gpt2, llama)").at_least(1).unit("tokens"),
     Int("model.seq_len", 1024, "context length (gpt2, llama)").at_least(1).unit("tokens"),
     Int("model.d_model", 768, "hidden size").at_least(1),

@@ -2,8 +2,12 @@
 // buffers per strategy, communication volumes, saved activations, recommendation, sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "shardtrain/model/model.h"
+#include "shardtrain/deck/deck.h"
 #include "shardtrain/train/memory_plan.h"
+#include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 
 using namespace shardtrain;
@@ -215,4 +219,24 @@ TEST(MemoryPlan, CpuOffloadKeepsTheStateOutOfTheDevicePeak) {
   EXPECT_GT(off.mem_no_recompute.unsharded, 0);
   EXPECT_EQ(off.mem.total, off.mem.unsharded + off.mem.grad_buffers + off.mem.activations);
   EXPECT_LT(off.mem.total, resident.mem.total);
+}
+
+// The deck layer lists model.preset's choices itself (it sits below the model layer): they must
+// be exactly the model's presets, and each must resolve through the trainer's deck reading.
+TEST(DeckSetup, PresetChoicesAreTheModelPresets) {
+  const deck::KeySpec* k = deck::find_key("model.preset");
+  ASSERT_NE(k, nullptr);
+  std::vector<std::string> choices;
+  for (const std::string& c : k->choices)
+    if (!c.empty()) choices.push_back(c);
+  std::vector<std::string> presets = model::preset_names();
+  std::sort(choices.begin(), choices.end());
+  std::sort(presets.begin(), presets.end());
+  EXPECT_EQ(choices, presets);
+  for (const std::string& p : presets) {
+    const std::string arch = model::preset_spec(p).arch;  // the deck checks the preset fits model.arch
+    deck::Deck d = deck::Deck::parse("[model]\narch = \"" + arch + "\"\npreset = \"" + p + "\"\n", "preset.toml");
+    const model::ModelSpec s = train::model_spec_from_deck(d);
+    EXPECT_EQ(model::parameter_count(s), model::parameter_count(model::resolve_spec(model::preset_spec(p)))) << p;
+  }
 }
