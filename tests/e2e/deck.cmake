@@ -1,9 +1,26 @@
-# `shardtrain deck check` on every malformed deck: exit code 2 and one error line naming the file.
+# `shardtrain deck check` on malformed decks: exit code 2 and one error line naming the file.
 # Run without mpirun: a singleton MPI process, so that mpirun's own abort banner is not on stderr.
+# One bad deck per place in the deck reader that raises the error: the CLI turns every deck
+# UserError into exit 2 and one "error:" line the same way, so the other files would run the same
+# path again (a second or more each). Every file in tests/decks/bad is checked in-process by
+# test_deck (DeckBad.EachFailsWithFileLineAndCulprit: file:line, culprit, a one-line message).
 if(TARGET shardtrain)
   set(deck_bad_dir ${PROJECT_SOURCE_DIR}/tests/decks/bad)
   set(deck_user_error ${CMAKE_CURRENT_LIST_DIR}/scripts/expect_user_error.cmake)
-  file(GLOB deck_bad_files CONFIGURE_DEPENDS ${deck_bad_dir}/*.toml)
+  set(deck_bad_files)
+  foreach(stem
+      syntax_unclosed_string   # toml++ syntax error, re-raised with file:line
+      binary_garbage           # not UTF-8 text: toml++'s error plus the hint
+      unknown_section          # top-level structure (with a suggestion)
+      unknown_key_typo         # a key inside a section (with a suggestion)
+      string_for_int           # a value of the wrong type
+      zero_timeout             # a value out of range
+      heads_do_not_divide)     # a relation between keys
+    if(NOT EXISTS ${deck_bad_dir}/${stem}.toml)
+      message(FATAL_ERROR "tests/e2e/deck.cmake: no bad deck ${deck_bad_dir}/${stem}.toml")
+    endif()
+    list(APPEND deck_bad_files ${deck_bad_dir}/${stem}.toml)
+  endforeach()
   function(add_deck_user_error_test name expect)
     string(REPLACE ";" "|" command "$<TARGET_FILE:shardtrain>;${ARGN}")
     add_test(NAME ${name}
