@@ -10,7 +10,9 @@ if(TARGET shardtrain)
     string(MAKE_C_IDENTIFIER "${stem}" stem_id)
     add_test(NAME e2e_inputs_deck_check_${stem_id} COMMAND shardtrain deck check ${deck_file}
              WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    # An isolated singleton (no orted): the start-up as a plain singleton is what the
+    # e2e_deck_check_* tests exercise.
     set_tests_properties(e2e_inputs_deck_check_${stem_id} PROPERTIES TIMEOUT 120 LABELS "e2e;deck;inputs"
-      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_ess_singleton_isolated=1")
   endforeach()
 endif()

@@ -10,8 +10,10 @@ if(TARGET shardtrain)
     add_test(NAME ${name}
       COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train/${script} $<TARGET_FILE:shardtrain> ${MPIEXEC_EXECUTABLE}
               ${SHARDTRAIN_MPIRUN_FLAGS})
+    # The helper commands without mpirun (data prepare, ckpt verify/export/inspect) start as
+    # isolated singletons: no orted is spawned for each (a second or two apiece on a busy machine).
     set_tests_properties(${name} PROPERTIES PROCESSORS ${np} TIMEOUT 180 LABELS "e2e;train;${labels}"
-      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;SHARDTRAIN_WRITE_STALL_LIB=$<TARGET_FILE:shardtrain_test_write_stall>")
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_ess_singleton_isolated=1;SHARDTRAIN_WRITE_STALL_LIB=$<TARGET_FILE:shardtrain_test_write_stall>")
     if(NOT SHARDTRAIN_H5DIFF)
       set_tests_properties(${name} PROPERTIES DISABLED TRUE)  # the scripts compare files with h5diff
     endif()
