@@ -12,6 +12,8 @@ enum ExitCode : int {
   kExitInternal = 1,     // a bug or a failed library call
   kExitUserInput = 2,    // bad deck, flag, data or checkpoint file
   kExitCommTimeout = 3,  // the watchdog found a collective that did not complete
+  kExitDiverged = 4,     // a non-finite loss or gradient norm (train.on_nonfinite = "stop")
+  kExitIo = 5,           // a write failed (disk full, quota, I/O error); the last good checkpoint stays
   kExitCheckpointed = 42 // stopped on a signal after writing a checkpoint; requeue me
 };
 
@@ -38,6 +40,13 @@ class Error : public std::runtime_error {
 class UserError : public Error {
  public:
   explicit UserError(std::string msg) : Error(std::move(msg), kExitUserInput) {}
+};
+
+// A write that failed for a reason outside the program (ENOSPC, EDQUOT, EIO, read-only
+// file system): one clear line naming the file and the reason, exit code 5.
+class IoError : public Error {
+ public:
+  explicit IoError(std::string msg) : Error(std::move(msg), kExitIo) {}
 };
 
 namespace detail {
