@@ -294,8 +294,13 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     if (path.empty()) return;  // refused (non-finite state; the manager said so)
     last_saved = at_step;
     if (rt.rank() == 0) {
-      std::printf("checkpoint: step %lld -> %s (%s; %s %.2f s)\n", static_cast<long long>(at_step), path.c_str(),
-                  why.c_str(), async_ckpt ? "blocked" : "wrote in", save_timer.seconds());
+      if (async_ckpt)
+        std::printf("checkpoint: step %lld -> %s (%s; blocked %.2f s)\n", static_cast<long long>(at_step),
+                    path.c_str(), why.c_str(), save_timer.seconds());
+      else
+        std::printf("checkpoint: step %lld -> %s (%s; wrote and verified in %.2f s, verification %.2f s)\n",
+                    static_cast<long long>(at_step), path.c_str(), why.c_str(), save_timer.seconds(),
+                    ckpts.last_verify_seconds());
       std::fflush(stdout);
     }
   };
