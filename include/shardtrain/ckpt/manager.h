@@ -59,6 +59,7 @@ class CheckpointManager {
 
   const std::string& dir() const { return dir_; }
   const std::string& run_id() const { return run_id_; }
+  bool async() const { return async_ != nullptr; }
   static std::string file_name(int64_t step);  // "step_00000100.h5"
 
  private:
