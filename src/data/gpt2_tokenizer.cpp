@@ -51,7 +51,7 @@ char32_t gpt2_byte_to_unicode(unsigned char b) { return byte_map().to_unicode[b]
 
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
   // encoder.json: {"<symbols>": id, ...}
-  std::string text = read_file(encoder_json_path);
+  std::string text = read_file(encoder_json_path, kMaxAuxFileBytes, "GPT-2 encoder.json");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -90,7 +90,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path, const std::st
 
   // vocab.bpe: a "#version" line, one merge "<left> <right>" per line, in rank order. Like
   // encoder.py (bpe_data.split("\n")[1:-1]) the first and the last line are not merges.
-  std::string bpe = read_file(vocab_bpe_path);
+  std::string bpe = read_file(vocab_bpe_path, kMaxAuxFileBytes, "GPT-2 vocab.bpe");
   std::vector<std::string_view> lines;
   for (std::size_t start = 0;;) {
     std::size_t nl = bpe.find('\n', start);
