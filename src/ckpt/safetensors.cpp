@@ -73,11 +73,10 @@ std::string shape_text(const std::vector<int64_t>& s) {
 std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
   const std::string what = "safetensors " + path;
   // A regular file only: open() of a FIFO would wait for a writer forever.
-  try {
-    check_regular_file(path, std::numeric_limits<uint64_t>::max(), "safetensors");
-  } catch (const UserError& e) {
-    throw UserError("safetensors " + std::string(e.what()));
-  }
+  struct stat pre {};
+  if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode))
+    throw UserError(what + (S_ISDIR(pre.st_mode) ? ": is a directory" : ": is not a regular file (a FIFO, device or socket)") +
+                    "; give a .safetensors file, an index .json or a model directory");
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (f.fd < 0) throw UserError(what + ": cannot open");
