@@ -13,6 +13,16 @@
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::data {
+namespace {
+// UserError when writing `out` would replace the input `in` (same file by any path).
+void refuse_overwrite(const std::string& what, const std::string& out, const std::string& in) {
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec) && std::filesystem::exists(in, ec) && std::filesystem::equivalent(out, in, ec) &&
+      !ec)
+    throw UserError(what + ": the output '" + out + "' is the input '" + in +
+                    "'; refusing to overwrite it: write to another path");
+}
+}  // namespace
 
 std::string cmd_extract_austen(const std::string& data_dir, const std::string& out_dir) {
   std::string out = out_dir.empty() ? data_dir + "/austen" : out_dir;
@@ -50,6 +60,9 @@ std::string cmd_prepare(const PrepareArgs& a) {
       docs.push_back({std::filesystem::path(s).filename().string(), read_file(s, kMaxSourceBytes, "text source")});
     }
   }
+  for (const auto& s : a.sources)
+    for (const char* f : {"train.bin", "val.bin", "meta.json"})
+      refuse_overwrite("data prepare", a.out_dir + "/" + f, s);
   auto tok = make_tokenizer(a.tokenizer, a.data_dir);
   std::size_t bytes = 0;
   for (auto& d : docs) bytes += d.text.size();
@@ -66,6 +79,7 @@ std::string cmd_encode(const std::string& data_dir, const std::string& tokenizer
                        const std::string& out, std::string dtype) {
   auto tok = make_tokenizer(tokenizer, data_dir);
   if (dtype.empty()) dtype = dtype_for_vocab(tok->vocab_size());
+  refuse_overwrite("data encode", out, in);
   std::string text = read_file(in, kMaxSourceBytes, "text input");
   auto ids = tok->encode(text);
   write_ids(out, ids, dtype);
@@ -79,6 +93,7 @@ std::string cmd_decode(const std::string& data_dir, const std::string& tokenizer
                        const std::string& out, std::string dtype) {
   auto tok = make_tokenizer(tokenizer, data_dir);
   if (dtype.empty()) dtype = dtype_for_vocab(tok->vocab_size());
+  refuse_overwrite("data decode", out, in);
   auto ids = read_ids(in, dtype);
   std::string text;
   try {

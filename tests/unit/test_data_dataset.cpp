@@ -316,3 +316,20 @@ TEST(DataBounds, OutOfVocabIdsAreCaughtWhenRead) {
   std::string msg = user_error_of([&] { ds.read(0, 64, buf.data()); });
   EXPECT_NE(msg.find("train.bin': token 17 (byte offset 34) is 300, not below vocab_size 256"), std::string::npos) << msg;
 }
+
+TEST(DataBounds, OutputsMayNotOverwriteInputs) {
+  TempDir d("overwrite");
+  put(d.p / "in.txt", "hello world");
+  std::string in = (d.p / "in.txt").string();
+  EXPECT_NE(user_error_of([&] { cmd_encode(d.str(), "byte", in, in, ""); }).find("refusing to overwrite"),
+            std::string::npos);
+  EXPECT_NE(user_error_of([&] { cmd_decode(d.str(), "byte", in, in, "uint16"); }).find("refusing to overwrite"),
+            std::string::npos);
+  PrepareArgs pa;
+  pa.tokenizer = "byte";
+  put(d.p / "train.bin", "hello world");
+  pa.sources = {(d.p / "train.bin").string()};
+  pa.out_dir = d.str();
+  EXPECT_NE(user_error_of([&] { cmd_prepare(pa); }).find("refusing to overwrite"), std::string::npos);
+  EXPECT_EQ(read_file(in), "hello world");
+}
