@@ -93,6 +93,7 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
     throw UserError(what + ": header length " + std::to_string(hlen) + " does not fit the file");
   std::string text(hlen, '\0');
   pread_all(f.fd, text.data(), static_cast<int64_t>(hlen), 8, path);
+  check_json_depth(text, kMaxJsonDepth, what + ": header");
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw UserError(what + ": header is not a JSON object");
   const int64_t base = 8 + static_cast<int64_t>(hlen);
@@ -155,6 +156,7 @@ std::vector<std::string> safetensors_files(const std::string& path) {
   }
   nlohmann::json j;
   try {
+    check_json_depth(text, kMaxJsonDepth, "safetensors index " + index);
     j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw UserError("safetensors index " + index + ": not valid JSON (" + e.what() + ")");

@@ -10,6 +10,7 @@
 #include "shardtrain/data/pretokenize.h"
 #include "shardtrain/data/unicode_class.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
 
 namespace shardtrain::data {
 namespace {
@@ -54,6 +55,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path, const std::st
   std::string text = read_file(encoder_json_path, kMaxAuxFileBytes, "GPT-2 encoder.json");
   nlohmann::json j;
   try {
+    check_json_depth(text, kMaxJsonDepth, "'" + encoder_json_path + "'");
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw UserError("'" + encoder_json_path + "' is not valid JSON: " + e.what());

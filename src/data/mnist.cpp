@@ -111,7 +111,9 @@ ImageDatasetMeta read_image_meta(const std::string& dir) {
   ST_USER_CHECK(path_exists(path), "'", path, "' not found: is '", dir, "' an image dataset from 'shardtrain data prepare --source mnist'?");
   ImageDatasetMeta m;
   try {
-    auto j = nlohmann::json::parse(read_file(path, kMaxMetaBytes, "dataset meta.json"));
+    const std::string text = read_file(path, kMaxMetaBytes, "dataset meta.json");
+    check_json_depth(text, kMaxJsonDepth, "'" + path + "'");
+    auto j = nlohmann::json::parse(text);
     ST_USER_CHECK(j.at("format") == kImageFormat && j.at("version") == kImageFormatVersion, "'", path,
                   "': not a ", kImageFormat, " version ", kImageFormatVersion, " dataset");
     ST_USER_CHECK(j.at("dtype") == "uint8", "'", path, "': dtype must be uint8");

@@ -15,6 +15,7 @@
 #include "shardtrain/data/checksum.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
 
 namespace shardtrain::data {
 namespace {
@@ -112,7 +113,9 @@ TokenDatasetMeta read_token_meta(const std::string& dir) {
                 "' a dataset written by 'shardtrain data prepare'?");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(path, kMaxMetaBytes, "dataset meta.json"));
+    const std::string text = read_file(path, kMaxMetaBytes, "dataset meta.json");
+    check_json_depth(text, kMaxJsonDepth, "'" + path + "'");
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw UserError("'" + path + "' is not valid JSON: " + e.what());
   }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::train {
@@ -139,6 +140,7 @@ LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& pa
                 " (this trainer keeps them equal)");
   nlohmann::json extra;
   try {
+    check_json_depth(st.extra_json, kMaxJsonDepth, path + ": /train attribute 'extra'");
     extra = nlohmann::json::parse(st.extra_json);
   } catch (const std::exception& e) {
     throw UserError(path + ": /train attribute 'extra' is not JSON: " + e.what());

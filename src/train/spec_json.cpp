@@ -5,6 +5,7 @@
 
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
 
 namespace shardtrain::train {
 
@@ -24,6 +25,7 @@ std::string model_spec_json(const model::ModelSpec& s) {
 }
 
 model::ModelSpec model_spec_from_json(const std::string& text, const std::string& what) {
+  check_json_depth(text, kMaxJsonDepth, what + ": model_spec");
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw UserError(what + ": model_spec is not a JSON object (" + std::to_string(text.size()) + " bytes)");
   model::ModelSpec s;

@@ -44,6 +44,26 @@ struct Fd {
 
 }  // namespace
 
+void check_json_depth(const std::string& t, int max_depth, const std::string& what) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        throw UserError(what + ": JSON nested deeper than " + std::to_string(max_depth) + " levels at byte " +
+                        std::to_string(i) + " (not a file shardtrain reads)");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 std::string size_text(std::uint64_t b) {
   if (b >= kGiB && b % kGiB == 0) return std::to_string(b / kGiB) + " GiB";
   if (b >= kMiB && b % kMiB == 0) return std::to_string(b / kMiB) + " MiB";

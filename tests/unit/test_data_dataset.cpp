@@ -333,3 +333,21 @@ TEST(DataBounds, OutputsMayNotOverwriteInputs) {
   EXPECT_NE(user_error_of([&] { cmd_prepare(pa); }).find("refusing to overwrite"), std::string::npos);
   EXPECT_EQ(read_file(in), "hello world");
 }
+
+// nlohmann's dump() (used in messages) recurses per level: a million-deep meta.json crashed
+// data info; the depth is checked before parsing.
+TEST(DataBounds, DeeplyNestedJsonIsRefused) {
+  TempDir d("deepjson");
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  put(d.p / "meta.json", "{\"format\": " + deep + ", \"version\": 1}");
+  std::string msg = user_error_of([&] { cmd_info(d.str()); });
+  EXPECT_NE(msg.find("meta.json': JSON nested deeper than 64 levels"), std::string::npos) << msg.substr(0, 200);
+  put(d.p / "meta.json", "{\"format\": \"shardtrain-images\", \"shape\": [" + deep + ", 1, 1]}");
+  msg = user_error_of([&] { cmd_info(d.str()); });
+  EXPECT_NE(msg.find("JSON nested deeper"), std::string::npos) << msg.substr(0, 200);
+  // Brackets inside strings do not count.
+  put(d.p / "meta.json", token_meta("uint16", "0").replace(1, 0, "\"x\": \"" + std::string(100, '[') + "\\\"\", "));
+  put(d.p / "train.bin", "");
+  put(d.p / "val.bin", "");
+  EXPECT_EQ(user_error_of([&] { read_token_meta(d.str()); }), "");
+}

@@ -19,6 +19,13 @@ std::string read_small_file(const std::string& path, std::uint64_t max_bytes, co
 // pread the file themselves).
 std::uint64_t check_regular_file(const std::string& path, std::uint64_t max_bytes, const std::string& what);
 
+// JSON nested deeper than `max_depth` arrays/objects: UserError "<what>: ..." naming the byte
+// offset. Called before nlohmann parses a file: its dump() (used in messages) recurses once
+// per level, so a crafted file a million levels deep would overflow the stack. Strings are
+// skipped; the scan itself is a loop.
+void check_json_depth(const std::string& text, int max_depth, const std::string& what);
+inline constexpr int kMaxJsonDepth = 64;
+
 // "1 MiB", "64 MiB", "4 GiB", "1234 bytes": a size for messages.
 std::string size_text(std::uint64_t bytes);
 
