@@ -152,7 +152,7 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : m
   path_ = dir + "/" + split + ".bin";
   tokens_ = split == "train" ? meta_.train_tokens : meta_.val_tokens;
   int w = meta_.bytes_per_token();
-  int fd = ::open(path_.c_str(), O_RDONLY);
+  int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block
   ST_USER_CHECK(fd >= 0, "cannot open '", path_, "': ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
