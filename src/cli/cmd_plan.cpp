@@ -54,6 +54,12 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     ST_USER_CHECK(rph >= 1 && ranks % rph == 0, "--ranks-per-host ", rph, " must divide --ranks ", ranks);
     device_bytes = train::parse_bytes(a.device_memory, "--device-memory");
     ps = train::plan_settings_from_deck(d, ranks, rph);
+    // The planner counts in int64 bytes: a deck beyond 2^62 bytes per rank cannot run on any
+    // machine, and its plan would wrap.
+    const train::StepBytesBound bound = train::step_bytes_lower_bound(ps.spec, ps.micro_batch, ranks);
+    ST_USER_CHECK(bound.total() < 4.0e18, d.source(), ": one step of this deck needs at least ", bound.total(),
+                  " bytes per rank (model.seq_len ", ps.spec.seq_len, ", train.micro_batch ", ps.micro_batch,
+                  ", ", bound.params, " parameters over ", ranks, " ranks), more than any machine has");
     ps.inter_host_weight = a.inter_host_weight;
     wanted = parse_strategies(a.strategies);
   });

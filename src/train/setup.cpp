@@ -162,6 +162,22 @@ std::string gib(double b) {
 
 }  // namespace
 
+StepBytesBound step_bytes_lower_bound(const model::ModelSpec& spec, int64_t micro_batch, int world_size) {
+  StepBytesBound b;
+  const double B = static_cast<double>(micro_batch);
+  b.params = static_cast<double>(model::parameter_count(spec));
+  b.state = 8.0 * b.params / std::max(1, world_size);
+  double tokens = static_cast<double>(spec.seq_len);
+  if (spec.arch == "vit") {
+    const double side = static_cast<double>(spec.image_size / spec.patch_size);
+    tokens = side * side + 1;
+  } else {
+    b.logits = 4.0 * B * tokens * static_cast<double>(spec.vocab_size);
+  }
+  b.scores = 4.0 * B * static_cast<double>(spec.n_heads) * tokens * tokens;
+  return b;
+}
+
 void check_fits_host_memory(const deck::Deck& d, const model::ModelSpec& spec, const BatchPlan& plan,
                             MPI_Comm world, bool device_is_cpu) {
   MPI_Comm local = MPI_COMM_NULL;
@@ -176,17 +192,8 @@ void check_fits_host_memory(const deck::Deck& d, const model::ModelSpec& spec, c
   // Lower bounds only (doubles: nothing wraps), so a run that fits is never refused: the fp32
   // master weights and gradients sharded over every rank, plus the largest tensor one
   // micro-batch must hold at once (the logits, or one layer's attention scores).
-  const double B = static_cast<double>(plan.micro_batch);
-  const double params = static_cast<double>(model::parameter_count(spec));
-  const double state = 8.0 * params / world_size;
-  double tokens = static_cast<double>(spec.seq_len), logits = 0;
-  if (spec.arch == "vit") {
-    const double side = static_cast<double>(spec.image_size / spec.patch_size);
-    tokens = side * side + 1;
-  } else {
-    logits = 4.0 * B * tokens * static_cast<double>(spec.vocab_size);
-  }
-  const double scores = 4.0 * B * static_cast<double>(spec.n_heads) * tokens * tokens;
+  const StepBytesBound bound = step_bytes_lower_bound(spec, plan.micro_batch, world_size);
+  const double params = bound.params, state = bound.state, logits = bound.logits, scores = bound.scores;
   const double act = std::max(logits, scores);
   if (state + act <= per_rank) return;
   std::string why;

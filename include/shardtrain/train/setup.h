@@ -30,6 +30,15 @@ fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::M
 fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d);
 optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d);
 
+// Lower bounds (bytes per rank, doubles: nothing wraps) of one training step: the fp32 weights
+// and gradients sharded over world_size ranks, and the largest tensor of one micro-batch (the
+// logits of a language model, one layer's attention scores).
+struct StepBytesBound {
+  double params = 0, state = 0, logits = 0, scores = 0;
+  double total() const { return state + (logits > scores ? logits : scores); }
+};
+StepBytesBound step_bytes_lower_bound(const model::ModelSpec& spec, int64_t micro_batch, int world_size);
+
 // Collective over world. A lower bound of one step's memory per rank (fp32 weights and
 // gradients sharded over all ranks, plus, on a CPU device, the logits or one layer's attention
 // scores of a micro-batch) against this host's memory shared by its ranks: UserError naming
