@@ -27,7 +27,8 @@ expect_user_error() {
 # train1 TEXT [--set ...]: `train` on one singleton rank with the tiny deck, expecting TEXT.
 train1() {
   local want=$1; shift
-  expect_user_error "$want" "$ST" train "$DECK" --set "run.out_dir=$T/run" --set checkpoint.resume=never "$@"
+  # A directory of its own per case: runs own their out_dir and checkpoint.dir.
+  expect_user_error "$want" "$ST" train "$DECK" --set "run.out_dir=$T/run$CASES" --set checkpoint.resume=never "$@"
 }
 
 # ---- decks ------------------------------------------------------------------------------
