@@ -35,6 +35,10 @@ struct DatasetCheck {
 DatasetCheck check_dataset(hid_t file, const std::string& file_path, const std::string& dpath, Elem elem,
                            const std::vector<int64_t>* want_shape);
 
+// The datasets' bytes together must fit in the file (datasets do not share storage):
+// UserError naming the file otherwise.
+void check_total_size(hid_t file, const std::string& file_path, const std::vector<DatasetCheck>& checks);
+
 // Names of the links in group `group` (name order); empty if the group is missing.
 std::vector<std::string> list_links(hid_t file, const std::string& group);
 

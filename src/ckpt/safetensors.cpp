@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -20,9 +21,13 @@
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
+#include "shardtrain/util/small_file.h"
 
 namespace shardtrain::ckpt {
 namespace {
+
+// A Hugging Face index lists tensor -> file names: a few hundred KB even for big models.
+constexpr uint64_t kMaxIndexBytes = uint64_t{64} << 20;
 
 struct Fd {
   int fd = -1;
@@ -68,11 +73,17 @@ std::string shape_text(const std::vector<int64_t>& s) {
 
 std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
   const std::string what = "safetensors " + path;
+  // A regular file only: open() of a FIFO would wait for a writer forever.
+  struct stat pre {};
+  if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode))
+    throw UserError(what + (S_ISDIR(pre.st_mode) ? ": is a directory" : ": is not a regular file (a FIFO, device or socket)") +
+                    "; give a .safetensors file, an index .json or a model directory");
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY);
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (f.fd < 0) throw UserError(what + ": cannot open");
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw UserError(what + ": cannot stat");
+  if (!S_ISREG(st.st_mode)) throw UserError(what + ": not a regular file");
   const int64_t size = st.st_size;
   if (size < 8) throw UserError(what + ": shorter than the 8-byte header length");
   unsigned char le[8];
@@ -83,6 +94,7 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
     throw UserError(what + ": header length " + std::to_string(hlen) + " does not fit the file");
   std::string text(hlen, '\0');
   pread_all(f.fd, text.data(), static_cast<int64_t>(hlen), 8, path);
+  check_json_depth(text, kMaxJsonDepth, what + ": header");
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw UserError(what + ": header is not a JSON object");
   const int64_t base = 8 + static_cast<int64_t>(hlen);
@@ -137,11 +149,16 @@ std::vector<std::string> safetensors_files(const std::string& path) {
   } else if (path.size() < 5 || path.compare(path.size() - 5, 5, ".json") != 0) {
     return {path};
   }
-  std::ifstream in(index);
-  if (!in) throw UserError("safetensors index " + index + ": cannot open");
+  std::string text;
+  try {
+    text = read_small_file(index, kMaxIndexBytes, "safetensors index");
+  } catch (const UserError& e) {
+    throw UserError("safetensors index " + std::string(e.what()));
+  }
   nlohmann::json j;
   try {
-    in >> j;
+    check_json_depth(text, kMaxJsonDepth, "safetensors index " + index);
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw UserError("safetensors index " + index + ": not valid JSON (" + e.what() + ")");
   }

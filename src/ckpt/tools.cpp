@@ -2,7 +2,9 @@
 #include "shardtrain/ckpt/tools.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +33,9 @@ std::vector<Entry> list_datasets(hid_t file, const std::string& path) {
     std::string p = std::string(kTrainGroup) + "/" + name;
     out.push_back({p, check_dataset(file, path, p, elem, nullptr)});
   }
+  std::vector<DatasetCheck> checks;
+  for (const Entry& e : out) checks.push_back(e.check);
+  check_total_size(file, path, checks);
   return out;
 }
 
@@ -99,6 +104,7 @@ herr_t copy_attr(hid_t loc, const char* name, const H5A_info_t*, void* dst) {
 }  // namespace
 
 void consolidate_checkpoint(const std::string& path, const std::string& out_path) {
+  refuse_overwriting_inputs(out_path, {path}, "ckpt consolidate");
   H5Id file = open_checkpoint(path, MPI_COMM_NULL);
   file_errors_are_user_errors(path, [&] {
     for (const Entry& e : list_datasets(file, path)) read_whole(file, path, e);  // digests
@@ -119,12 +125,48 @@ void consolidate_checkpoint(const std::string& path, const std::string& out_path
   if (std::rename(tmp.c_str(), out_path.c_str()) != 0) throw UserError("cannot rename " + tmp + " to " + out_path);
 }
 
-void export_safetensors(const std::string& path, const std::string& out_path) {
+void refuse_overwriting_inputs(const std::string& out, const std::vector<std::string>& inputs,
+                               const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (out.empty()) throw UserError(what + ": the output path is empty");
+  if (fs::is_directory(out, ec))
+    throw UserError(what + ": the output " + out + " is a directory; give a file name");
+  for (const std::string& candidate : {out, out + ".tmp"}) {
+    if (!fs::exists(candidate, ec)) continue;
+    for (const std::string& in : inputs) {
+      std::error_code e2;
+      if (fs::exists(in, e2) && fs::equivalent(candidate, in, e2) && !e2)
+        throw UserError(what + ": the output " + out + (candidate == out ? "" : " (its temporary " + candidate + ")") +
+                        " is the input " + in + "; refusing to overwrite it: write to another path");
+    }
+  }
+}
+
+void export_safetensors(const std::string& path, const std::string& out_path,
+                        const std::vector<ExpectedTensor>* expected) {
+  refuse_overwriting_inputs(out_path, {path}, "ckpt export");
   H5Id file = open_checkpoint(path, MPI_COMM_NULL);
   std::vector<Entry> params;
   file_errors_are_user_errors(path, [&] {
-    for (const auto& n : list_links(file, kModelGroup))
-      params.push_back({model_path(n), check_dataset(file, path, model_path(n), Elem::F32, nullptr)});
+    if (expected) {
+      // The model's parameters in the model's order, each with its shape; nothing else.
+      std::set<std::string> want;
+      for (const ExpectedTensor& t : *expected) {
+        want.insert(t.name);
+        params.push_back({model_path(t.name), check_dataset(file, path, model_path(t.name), Elem::F32, &t.shape)});
+      }
+      for (const auto& n : list_links(file, kModelGroup))
+        if (!want.count(n))
+          throw UserError(path + ": dataset /" + model_path(n) +
+                          " is not a parameter of the model its model_spec describes");
+    } else {
+      for (const auto& n : list_links(file, kModelGroup))
+        params.push_back({model_path(n), check_dataset(file, path, model_path(n), Elem::F32, nullptr)});
+    }
+    std::vector<DatasetCheck> checks;
+    for (const Entry& e : params) checks.push_back(e.check);
+    check_total_size(file, path, checks);
   });
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}, {"source", path}};

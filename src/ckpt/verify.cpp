@@ -1,4 +1,6 @@
 // open_checkpoint, check_dataset and verify_checkpoint (every digest, ranks split the reading).
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -35,6 +37,12 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 H5Id open_checkpoint(const std::string& path, MPI_Comm comm) {
+  // HDF5 open()s the path: a FIFO would block there forever, a device read nonsense.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw UserError("checkpoint " + path + ": " +
+                    (S_ISDIR(st.st_mode) ? std::string("is a directory") : std::string("is not a regular file")) +
+                    " (a FIFO, device or socket is not a checkpoint)");
   detail::quiet_hdf5();
   H5Id fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
   if (comm != MPI_COMM_NULL) ST_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
@@ -105,7 +113,19 @@ DatasetCheck check_dataset(hid_t file, const std::string& file_path, const std::
                     " (a checkpoint of another model?)");
   {
     H5Id dcpl(ST_H5_CHECK(H5Dget_create_plist(d)), H5Pclose);
-    if (H5Pget_layout(dcpl) == H5D_CONTIGUOUS && c.numel > 0) {
+    // The writer makes every dataset contiguous (docs/checkpoint-format.md). A chunked or
+    // compact one cannot be size-checked against the file (a chunked dataset may declare
+    // 2^40 elements and store none, and reading it then takes forever): refuse it.
+    const H5D_layout_t layout = H5Pget_layout(dcpl);
+    if (layout != H5D_CONTIGUOUS)
+      throw UserError(what + ": stored with a " +
+                      (layout == H5D_CHUNKED ? std::string("chunked")
+                       : layout == H5D_COMPACT ? std::string("compact")
+                       : layout == H5D_VIRTUAL ? std::string("virtual")
+                                               : std::string("unknown")) +
+                      " layout; shardtrain checkpoints hold contiguous datasets only (a file not written by "
+                      "shardtrain, or edited)");
+    if (c.numel > 0) {
       haddr_t off = H5Dget_offset(d);
       hsize_t storage = H5Dget_storage_size(d);
       hsize_t eof = 0;
@@ -123,6 +143,19 @@ DatasetCheck check_dataset(hid_t file, const std::string& file_path, const std::
   c.stored.sum = dg[0];
   c.stored.weighted = dg[1];
   return c;
+}
+
+void check_total_size(hid_t file, const std::string& file_path, const std::vector<DatasetCheck>& checks) {
+  hsize_t eof = 0;
+  ST_H5_CHECK(H5Fget_filesize(file, &eof));
+  uint64_t total = 0;
+  for (const DatasetCheck& c : checks) {
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(c.numel), static_cast<uint64_t>(elem_bytes(c.elem)), &bytes) ||
+        __builtin_add_overflow(total, bytes, &total) || total > eof)
+      throw UserError(file_path + ": its datasets declare more data than the file's " + std::to_string(eof) +
+                      " bytes hold (a truncated, crafted or edited file)");
+  }
 }
 
 std::vector<std::string> list_links(hid_t file, const std::string& group) {
@@ -166,6 +199,7 @@ void verify_checkpoint(const std::string& path, MPI_Comm world) {
       paths.push_back(std::string(kTrainGroup) + "/" + name);
       checks.push_back(check_dataset(file, path, paths.back(), elem, nullptr));
     }
+    check_total_size(file, path, checks);
   }); });
 
   // Rank r digests elements [r*n/D, (r+1)*n/D) of each dataset, in rounds of at most 8M.

@@ -1,4 +1,5 @@
 // `shardtrain bench collectives`: our comm layer against the raw MPI calls, nccl-tests style.
+#include <cctype>
 #include <iostream>
 #include <memory>
 
@@ -6,6 +7,7 @@
 #include "command.h"
 #include "shardtrain/comm/bench.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/error.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -17,8 +19,19 @@ struct BenchCollectivesArgs {
 
 int run_bench_collectives(runtime::Runtime& rt, BenchCollectivesArgs& a) {
   runtime::run_agreed(rt.world(), [&] {
+    // The number before the unit is bounded first, so that number x unit cannot wrap.
+    for (const auto* t : {&a.min_bytes, &a.max_bytes}) {
+      const std::string& s = *t;
+      size_t digits = 0;
+      while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
+      ST_USER_CHECK(digits <= 12, "bad size '", s, "': too large (at most 16G)");
+    }
     a.opts.min_bytes = comm::parse_byte_size(a.min_bytes);
     a.opts.max_bytes = comm::parse_byte_size(a.max_bytes);
+    ST_USER_CHECK(a.opts.max_bytes <= (int64_t{16} << 30), "--max-bytes ", a.max_bytes,
+                  " is too large (at most 16G: the benchmark allocates buffers of this size)");
+    ST_USER_CHECK(a.opts.min_bytes >= 1 && a.opts.min_bytes <= a.opts.max_bytes, "--min-bytes ", a.min_bytes,
+                  " must be at least 1 and at most --max-bytes ", a.max_bytes);
     comm::parse_float_dtype(a.opts.dtype);
   });
   comm::run_collectives_bench(rt.world(), a.opts, std::cout);
@@ -38,9 +51,11 @@ void add_bench_collectives(CLI::App& app, CommandFn& selected) {
   sub->add_option("--dtype", args->opts.dtype, "fp32 | fp64 | bf16 | fp16")
       ->check(CLI::IsMember({"fp32", "fp64", "bf16", "fp16"}))
       ->capture_default_str();
-  sub->add_option("--iters", args->opts.iters, "Timed iterations per size")->check(CLI::PositiveNumber)
+  sub->add_option("--iters", args->opts.iters, "Timed iterations per size (1 .. 1000000)")
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
-  sub->add_option("--warmup", args->opts.warmup, "Untimed iterations per size")->check(CLI::NonNegativeNumber)
+  sub->add_option("--warmup", args->opts.warmup, "Untimed iterations per size (0 .. 1000000)")
+      ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   sub->callback([&selected, args] {
     selected = [args](runtime::Runtime& rt) { return run_bench_collectives(rt, *args); };

@@ -58,7 +58,7 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
   exp->add_option("OUT", a->out, "output file")->required();
   exp->add_option("--format", a->format, "output format")->check(CLI::IsMember({"safetensors"}));
   exp->callback([&selected, a] {
-    selected = [a](runtime::Runtime& rt) { return on_rank0(rt, [&] { ckpt::export_safetensors(a->file, a->out); }); };
+    selected = [a](runtime::Runtime& rt) { return on_rank0(rt, [&] { train::export_checkpoint(a->file, a->out); }); };
   });
 
   auto* imp = ck->add_subcommand(

@@ -48,9 +48,10 @@ void add_data(CLI::App& app, CommandFn& selected) {
   pr->add_option("--tokenizer", args->prepare.tokenizer, "gpt2 | byte")->check(CLI::IsMember({"gpt2", "byte"}));
   pr->add_option("--source", args->prepare.sources, "austen | mnist | text FILE (repeatable)")->required();
   pr->add_option("--out", args->prepare.out_dir, "Output dataset directory")->required();
-  pr->add_option("--val-fraction", args->prepare.val_fraction,
-                 "Held-out fraction (default 0.05 for text, 0.2 for mnist)");
-  pr->callback([args, &selected] {
+  auto* vf = pr->add_option("--val-fraction", args->prepare.val_fraction,
+                             "Held-out fraction in [0, 1) (default 0.05 for text, 0.2 for mnist)");
+  pr->callback([args, vf, &selected] {
+    args->prepare.val_fraction_given = vf->count() > 0;
     selected = [args](runtime::Runtime& rt) {
       return run_on_rank0(rt, [&] {
         auto a = args->prepare;

@@ -242,8 +242,12 @@ void add_maxbatch(CLI::App& app, CommandFn& selected) {
                   "ranks per host)");
   sub->add_option("--vary", args->vary, "What to search: micro_batch, or n_layers at the deck's micro-batch")
       ->capture_default_str();
-  sub->add_option("--max", args->max_value, "Largest value tried")->capture_default_str()->check(CLI::PositiveNumber);
-  sub->add_option("--steps", args->steps, "Training steps per probe")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--max", args->max_value, "Largest value tried (1 .. 1048576)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("--steps", args->steps, "Training steps per probe (1 .. 10000)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
   sub->add_option("--search", args->search,
                   "planned: start at the planner's answer and bracket it with probes; doubling: from 1 up")
       ->capture_default_str()

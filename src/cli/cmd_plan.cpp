@@ -54,6 +54,12 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     ST_USER_CHECK(rph >= 1 && ranks % rph == 0, "--ranks-per-host ", rph, " must divide --ranks ", ranks);
     device_bytes = train::parse_bytes(a.device_memory, "--device-memory");
     ps = train::plan_settings_from_deck(d, ranks, rph);
+    // The planner counts in int64 bytes: a deck beyond 2^62 bytes per rank cannot run on any
+    // machine, and its plan would wrap.
+    const train::StepBytesBound bound = train::step_bytes_lower_bound(ps.spec, ps.micro_batch, ranks);
+    ST_USER_CHECK(bound.total() < 4.0e18, d.source(), ": one step of this deck needs at least ", bound.total(),
+                  " bytes per rank (model.seq_len ", ps.spec.seq_len, ", train.micro_batch ", ps.micro_batch,
+                  ", ", bound.params, " parameters over ", ranks, " ranks), more than any machine has");
     ps.inter_host_weight = a.inter_host_weight;
     wanted = parse_strategies(a.strategies);
   });
@@ -121,24 +127,26 @@ void add_plan(CLI::App& app, CommandFn& selected) {
       "plan", "Per-rank memory and communication of every sharding strategy for a deck, and the cheapest that fits");
   auto args = std::make_shared<PlanArgs>();
   add_deck_args(sub, args->deck, true);
-  sub->add_option("--ranks", args->ranks, "World size to plan for (default: this job's ranks)")->check(CLI::PositiveNumber);
+  sub->add_option("--ranks", args->ranks, "World size to plan for (default: this job's ranks; at most 1048576)")
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--ranks-per-host", args->ranks_per_host,
                   "Ranks (GPUs) per host (default: parallel.simulate_ranks_per_host, else all on one host)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--device-memory", args->device_memory, "Memory per rank, e.g. 80GiB, 40GB, 512MiB")
       ->capture_default_str();
   sub->add_option("--inter-host-weight", args->inter_host_weight,
                   "Cost of an inter-host byte in intra-host bytes, for the recommendation")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1e-6, 1e6));
   sub->add_option("--strategy", args->strategies, "Only these strategies (repeatable or comma-separated)");
   sub->add_flag("--measure", args->measure,
                 "Also run real steps for each strategy (needs --ranks MPI ranks) and print planned vs measured peaks");
-  sub->add_option("--steps", args->steps, "--measure: training steps per strategy")->capture_default_str()->check(
-      CLI::PositiveNumber);
+  sub->add_option("--steps", args->steps, "--measure: training steps per strategy (1 .. 10000)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
   sub->add_option("--tolerance", args->tolerance,
                   "--measure: exit 1 if a planned peak is off by more than this fraction of the measured one")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1e6));
   sub->callback([&selected, args] {
     selected = [args](runtime::Runtime& rt) { return run_plan(rt, *args); };
   });

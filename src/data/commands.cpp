@@ -13,6 +13,16 @@
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::data {
+namespace {
+// UserError when writing `out` would replace the input `in` (same file by any path).
+void refuse_overwrite(const std::string& what, const std::string& out, const std::string& in) {
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec) && std::filesystem::exists(in, ec) && std::filesystem::equivalent(out, in, ec) &&
+      !ec)
+    throw UserError(what + ": the output '" + out + "' is the input '" + in +
+                    "'; refusing to overwrite it: write to another path");
+}
+}  // namespace
 
 std::string cmd_extract_austen(const std::string& data_dir, const std::string& out_dir) {
   std::string out = out_dir.empty() ? data_dir + "/austen" : out_dir;
@@ -27,10 +37,15 @@ std::string cmd_extract_austen(const std::string& data_dir, const std::string& o
 std::string cmd_prepare(const PrepareArgs& a) {
   ST_USER_CHECK(!a.sources.empty(), "data prepare: give --source austen|mnist|FILE...");
   ST_USER_CHECK(!a.out_dir.empty(), "data prepare: give --out DIR");
+  ST_USER_CHECK(!a.val_fraction_given || (a.val_fraction >= 0 && a.val_fraction < 1),
+                "data prepare: --val-fraction must be in [0, 1) (a fraction of each source held out for "
+                "validation), got ", a.val_fraction);
+  const bool mnist = a.sources.size() == 1 && a.sources[0] == "mnist";
+  const double val_fraction = a.val_fraction_given ? a.val_fraction : mnist ? 0.2 : 0.05;
   std::ostringstream os;
-  if (a.sources.size() == 1 && a.sources[0] == "mnist") {
+  if (mnist) {
     auto digits = read_mnist_digits(mnist_digits_dir(a.data_dir));
-    auto m = prepare_mnist_dataset(digits, a.out_dir, a.val_fraction < 0 ? 0.2 : a.val_fraction);
+    auto m = prepare_mnist_dataset(digits, a.out_dir, val_fraction);
     os << "mnist: " << m.train_count << " train / " << m.val_count << " val images of " << m.channels << "x"
        << m.height << "x" << m.width << " uint8 in " << a.out_dir;
     return os.str();
@@ -42,14 +57,17 @@ std::string cmd_prepare(const PrepareArgs& a) {
       auto d = read_austen(austen_rdx_path(a.data_dir));
       docs.insert(docs.end(), d.begin(), d.end());
     } else {
-      docs.push_back({std::filesystem::path(s).filename().string(), read_file(s)});
+      docs.push_back({std::filesystem::path(s).filename().string(), read_file(s, kMaxSourceBytes, "text source")});
     }
   }
+  for (const auto& s : a.sources)
+    for (const char* f : {"train.bin", "val.bin", "meta.json"})
+      refuse_overwrite("data prepare", a.out_dir + "/" + f, s);
   auto tok = make_tokenizer(a.tokenizer, a.data_dir);
   std::size_t bytes = 0;
   for (auto& d : docs) bytes += d.text.size();
   auto t0 = std::chrono::steady_clock::now();
-  auto m = prepare_token_dataset(docs, *tok, a.out_dir, a.val_fraction < 0 ? 0.05 : a.val_fraction);
+  auto m = prepare_token_dataset(docs, *tok, a.out_dir, val_fraction);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   os << docs.size() << " source(s), " << bytes << " bytes -> " << m.train_tokens << " train + " << m.val_tokens
      << " val " << m.tokenizer << " tokens (" << m.dtype << ", vocab " << m.vocab_size << ") in " << a.out_dir
@@ -61,7 +79,8 @@ std::string cmd_encode(const std::string& data_dir, const std::string& tokenizer
                        const std::string& out, std::string dtype) {
   auto tok = make_tokenizer(tokenizer, data_dir);
   if (dtype.empty()) dtype = dtype_for_vocab(tok->vocab_size());
-  std::string text = read_file(in);
+  refuse_overwrite("data encode", out, in);
+  std::string text = read_file(in, kMaxSourceBytes, "text input");
   auto ids = tok->encode(text);
   write_ids(out, ids, dtype);
   std::ostringstream os;
@@ -74,6 +93,7 @@ std::string cmd_decode(const std::string& data_dir, const std::string& tokenizer
                        const std::string& out, std::string dtype) {
   auto tok = make_tokenizer(tokenizer, data_dir);
   if (dtype.empty()) dtype = dtype_for_vocab(tok->vocab_size());
+  refuse_overwrite("data decode", out, in);
   auto ids = read_ids(in, dtype);
   std::string text;
   try {
@@ -88,7 +108,10 @@ std::string cmd_decode(const std::string& data_dir, const std::string& tokenizer
 }
 
 std::string cmd_info(const std::string& dir) {
-  std::string meta = read_file(dir + "/meta.json");
+  std::error_code ec;
+  ST_USER_CHECK(std::filesystem::exists(dir + "/meta.json", ec), "'", dir,
+                "/meta.json' not found: is '", dir, "' a dataset written by 'shardtrain data prepare'?");
+  std::string meta = read_file(dir + "/meta.json", kMaxMetaBytes, "dataset meta.json");
   std::ostringstream os;
   if (meta.find(kImageFormat) != std::string::npos) {
     ImageDataset train(dir, "train"), val(dir, "val");

@@ -10,6 +10,7 @@
 #include "shardtrain/data/pretokenize.h"
 #include "shardtrain/data/unicode_class.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
 
 namespace shardtrain::data {
 namespace {
@@ -51,9 +52,10 @@ char32_t gpt2_byte_to_unicode(unsigned char b) { return byte_map().to_unicode[b]
 
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
   // encoder.json: {"<symbols>": id, ...}
-  std::string text = read_file(encoder_json_path);
+  std::string text = read_file(encoder_json_path, kMaxAuxFileBytes, "GPT-2 encoder.json");
   nlohmann::json j;
   try {
+    check_json_depth(text, kMaxJsonDepth, "'" + encoder_json_path + "'");
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw UserError("'" + encoder_json_path + "' is not valid JSON: " + e.what());
@@ -90,7 +92,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path, const std::st
 
   // vocab.bpe: a "#version" line, one merge "<left> <right>" per line, in rank order. Like
   // encoder.py (bpe_data.split("\n")[1:-1]) the first and the last line are not merges.
-  std::string bpe = read_file(vocab_bpe_path);
+  std::string bpe = read_file(vocab_bpe_path, kMaxAuxFileBytes, "GPT-2 vocab.bpe");
   std::vector<std::string_view> lines;
   for (std::size_t start = 0;;) {
     std::size_t nl = bpe.find('\n', start);

@@ -5,17 +5,19 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "shardtrain/data/checksum.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
 
 namespace shardtrain::data {
 namespace {
 // Parses {"data": [v, v, ...]} with a scanner of our own, so that a bad value is reported with
 // its byte offset (the files are 2 MB of one JSON array each).
 void parse_digit_file(const std::string& path, std::uint8_t label, MnistDigits& out) {
-  std::string text = read_file(path);
+  std::string text = read_file(path, kMaxAuxFileBytes, "MNIST digits JSON");
   std::size_t key = text.find("\"data\"");
   ST_USER_CHECK(key != std::string::npos, "'", path, "': no \"data\" key");
   std::size_t pos = text.find('[', key);
@@ -106,21 +108,40 @@ ImageDatasetMeta prepare_mnist_dataset(const MnistDigits& digits, const std::str
 
 ImageDatasetMeta read_image_meta(const std::string& dir) {
   std::string path = dir + "/meta.json";
-  ST_USER_CHECK(file_exists(path), "'", path, "' not found: is '", dir, "' an image dataset from 'shardtrain data prepare --source mnist'?");
+  ST_USER_CHECK(path_exists(path), "'", path, "' not found: is '", dir, "' an image dataset from 'shardtrain data prepare --source mnist'?");
   ImageDatasetMeta m;
   try {
-    auto j = nlohmann::json::parse(read_file(path));
+    const std::string text = read_file(path, kMaxMetaBytes, "dataset meta.json");
+    check_json_depth(text, kMaxJsonDepth, "'" + path + "'");
+    auto j = nlohmann::json::parse(text);
     ST_USER_CHECK(j.at("format") == kImageFormat && j.at("version") == kImageFormatVersion, "'", path,
                   "': not a ", kImageFormat, " version ", kImageFormatVersion, " dataset");
     ST_USER_CHECK(j.at("dtype") == "uint8", "'", path, "': dtype must be uint8");
-    auto shape = j.at("shape").get<std::vector<int>>();
-    ST_USER_CHECK(shape.size() == 3 && shape[0] > 0 && shape[1] > 0 && shape[2] > 0, "'", path, "': bad shape");
-    m.channels = shape[0];
-    m.height = shape[1];
-    m.width = shape[2];
-    m.num_classes = j.at("num_classes");
-    m.train_count = j.at("splits").at("train").at("count");
-    m.val_count = j.at("splits").at("val").at("count");
+    const auto& shape = j.at("shape");
+    ST_USER_CHECK(shape.is_array() && shape.size() == 3, "'", path, "': shape must be [channels, height, width]");
+    // Each side bounded, so that channels x height x width cannot overflow.
+    for (const auto& v : shape)
+      ST_USER_CHECK(v.is_number_integer() && v.get<std::int64_t>() >= 1 && v.get<std::int64_t>() <= kMaxImageSide,
+                    "'", path, "': shape ", shape.dump(), ": each of [channels, height, width] must be an integer in [1, ",
+                    kMaxImageSide, "]");
+    m.channels = shape[0].get<int>();
+    m.height = shape[1].get<int>();
+    m.width = shape[2].get<int>();
+    std::int64_t px = 0;
+    ST_USER_CHECK(!__builtin_mul_overflow(static_cast<std::int64_t>(m.channels) * m.height, m.width, &px) &&
+                      px <= kMaxImagePixels,
+                  "'", path, "': shape ", shape.dump(), " is more than ", kMaxImagePixels, " bytes per image");
+    const auto& nc = j.at("num_classes");
+    ST_USER_CHECK(nc.is_number_integer() && nc.get<std::int64_t>() >= 1 && nc.get<std::int64_t>() <= 256, "'", path,
+                  "': num_classes ", nc.dump(), " must be an integer in [1, 256] (labels are uint8)");
+    m.num_classes = nc.get<int>();
+    const auto& tc = j.at("splits").at("train").at("count");
+    const auto& vc = j.at("splits").at("val").at("count");
+    ST_USER_CHECK(tc.is_number_integer() && vc.is_number_integer() && tc.get<std::int64_t>() >= 0 &&
+                      vc.get<std::int64_t>() >= 0,
+                  "'", path, "': splits.*.count must be integers >= 0, got ", tc.dump(), " and ", vc.dump());
+    m.train_count = tc.get<std::int64_t>();
+    m.val_count = vc.get<std::int64_t>();
     m.val_fraction = j.at("val_fraction");
     m.source_fnv1a64 = j.at("source_fnv1a64");
   } catch (const nlohmann::json::exception& e) {
@@ -133,8 +154,18 @@ ImageDataset::ImageDataset(const std::string& dir, const std::string& split) : m
   ST_USER_CHECK(split == "train" || split == "val", "unknown split '", split, "' (expected train or val)");
   std::int64_t n = split == "train" ? meta_.train_count : meta_.val_count;
   std::string ip = split_file(dir, split, "images"), lp = split_file(dir, split, "labels");
-  std::string img = read_file(ip), lab = read_file(lp);
-  ST_USER_CHECK(static_cast<std::int64_t>(img.size()) == n * pixels(), "'", ip, "' has ", img.size(),
+  // Sizes from meta.json, overflow-checked, against the files' sizes before anything is read.
+  std::int64_t want = 0;
+  ST_USER_CHECK(!__builtin_mul_overflow(n, static_cast<std::int64_t>(pixels()), &want), "'", dir,
+                "/meta.json': ", split, " count ", n, " x ", pixels(), " bytes per image overflows");
+  const std::uint64_t have = check_regular_file(ip, std::numeric_limits<std::uint64_t>::max(), "image file");
+  ST_USER_CHECK(have == static_cast<std::uint64_t>(want), "'", ip, "' has ", have, " bytes, meta.json says ", n,
+                " images of ", pixels(), " bytes: truncated or mismatched");
+  const std::uint64_t have_labels = check_regular_file(lp, std::numeric_limits<std::uint64_t>::max(), "label file");
+  ST_USER_CHECK(have_labels == static_cast<std::uint64_t>(n), "'", lp, "' has ", have_labels,
+                " bytes, meta.json says ", n, " labels");
+  std::string img = read_file(ip, have, "image file"), lab = read_file(lp, have_labels, "label file");
+  ST_USER_CHECK(static_cast<std::int64_t>(img.size()) == want, "'", ip, "' has ", img.size(),
                 " bytes, meta.json says ", n, " images of ", pixels(), " bytes: truncated or mismatched");
   ST_USER_CHECK(static_cast<std::int64_t>(lab.size()) == n, "'", lp, "' has ", lab.size(), " bytes, meta.json says ",
                 n, " labels");

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
 
 namespace shardtrain::data {
 
@@ -31,13 +32,16 @@ bool file_exists(const std::string& path) {
   return std::filesystem::is_regular_file(path, ec);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ST_USER_CHECK(in, "cannot open '", path, "': ", std::strerror(errno),
-                " (run scripts/fetch-data, or set SHARDTRAIN_DATA_DIR)");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ST_USER_CHECK(!in.bad(), "error reading '", path, "'");
-  return s;
+bool path_exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
+std::string read_file(const std::string& path, std::uint64_t max_bytes, const std::string& what) {
+  std::error_code ec;
+  ST_USER_CHECK(std::filesystem::exists(path, ec), "cannot open '", path,
+                "': No such file or directory (run scripts/fetch-data, or set SHARDTRAIN_DATA_DIR)");
+  return read_small_file(path, max_bytes, what);
 }
 
 void write_file(const std::string& path, const void* data, std::size_t size) {

@@ -14,7 +14,7 @@ RLazyLoadDb::RLazyLoadDb(const std::string& rdx_path) : rdx_path_(rdx_path) {
   ST_USER_CHECK(rdx_path.size() > 4 && rdx_path.substr(rdx_path.size() - 4) == ".rdx", "'", rdx_path,
                 "' is not an R lazy-load index (.rdx)");
   rdb_path_ = rdx_path.substr(0, rdx_path.size() - 4) + ".rdb";
-  std::string raw = read_file(rdx_path);
+  std::string raw = read_file(rdx_path, kMaxAuxFileBytes, "R lazy-load index");
   RValue index = parse_r_serialized(inflate_any(raw, -1, "'" + rdx_path + "'"), "'" + rdx_path + "'");
   const RValue* vars = index.element("variables");
   ST_USER_CHECK(vars && vars->type == RValue::Type::List, "'", rdx_path, "' has no 'variables' list");
@@ -43,7 +43,7 @@ RValue RLazyLoadDb::fetch(const std::string& name) const {
   ST_USER_CHECK(i < names_.size(), "'", rdx_path_, "' has no variable '", name, "'");
   auto [offset, length] = spans_[i];
   // Read only this block.
-  std::string rdb = read_file(rdb_path_);
+  std::string rdb = read_file(rdb_path_, kMaxAuxFileBytes, "R lazy-load database");
   ST_USER_CHECK(static_cast<std::size_t>(offset + length) <= rdb.size(), "'", rdb_path_, "': block '", name,
                 "' at offset ", offset, " length ", length, " runs past the end of the file (", rdb.size(),
                 " bytes)");

@@ -15,6 +15,7 @@
 #include "shardtrain/data/checksum.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
 
 namespace shardtrain::data {
 namespace {
@@ -45,6 +46,8 @@ TokenDatasetMeta prepare_token_dataset(const std::vector<TextDocument>& docs, To
                                        const std::string& out_dir, double val_fraction) {
   ST_USER_CHECK(val_fraction >= 0 && val_fraction < 1, "--val-fraction must be in [0, 1), got ", val_fraction);
   ST_USER_CHECK(!docs.empty(), "no source documents to prepare");
+  for (const auto& d : docs)
+    ST_USER_CHECK(!d.text.empty(), "source '", d.name, "' is empty (0 bytes): nothing to tokenize");
   TokenDatasetMeta meta;
   meta.tokenizer = tok.name();
   meta.vocab_size = tok.vocab_size();
@@ -67,6 +70,11 @@ TokenDatasetMeta prepare_token_dataset(const std::vector<TextDocument>& docs, To
   }
   meta.train_tokens = static_cast<std::int64_t>(train.size());
   meta.val_tokens = static_cast<std::int64_t>(val.size());
+  // One training sequence is at least 1 input token and its target; fewer cannot train at all.
+  ST_USER_CHECK(meta.train_tokens >= kMinTrainTokens, "the sources give ", meta.train_tokens,
+                " training token(s) (", tok.name(), " tokenizer, --val-fraction ", val_fraction,
+                "), fewer than the ", kMinTrainTokens, " of the shortest training sequence; nothing written to '",
+                out_dir, "'");
   make_dirs(out_dir);
   int w = meta.bytes_per_token();
   std::string bytes = encode_ids(train, w);
@@ -101,11 +109,13 @@ void write_token_meta(const std::string& dir, const TokenDatasetMeta& m) {
 
 TokenDatasetMeta read_token_meta(const std::string& dir) {
   std::string path = dir + "/meta.json";
-  ST_USER_CHECK(file_exists(path), "'", path, "' not found: is '", dir,
+  ST_USER_CHECK(path_exists(path), "'", path, "' not found: is '", dir,
                 "' a dataset written by 'shardtrain data prepare'?");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(path));
+    const std::string text = read_file(path, kMaxMetaBytes, "dataset meta.json");
+    check_json_depth(text, kMaxJsonDepth, "'" + path + "'");
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw UserError("'" + path + "' is not valid JSON: " + e.what());
   }
@@ -130,7 +140,10 @@ TokenDatasetMeta read_token_meta(const std::string& dir) {
   width_of(m.dtype, "'" + path + "'");
   ST_USER_CHECK(m.vocab_size > 0 && m.vocab_size <= (m.dtype == "uint16" ? 65536 : 2147483647LL), "'", path,
                 "': vocab_size ", m.vocab_size, " does not fit dtype ", m.dtype);
-  ST_USER_CHECK(m.train_tokens >= 0 && m.val_tokens >= 0, "'", path, "': negative token count");
+  ST_USER_CHECK(m.train_tokens >= 0 && m.val_tokens >= 0, "'", path, "': negative token count (train ",
+                m.train_tokens, ", val ", m.val_tokens, ")");
+  ST_USER_CHECK(m.eot_id >= -1 && m.eot_id < m.vocab_size, "'", path, "': eot_id ", m.eot_id,
+                " is not -1 (none) or an id below vocab_size ", m.vocab_size);
   return m;
 }
 
@@ -139,14 +152,25 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : m
   path_ = dir + "/" + split + ".bin";
   tokens_ = split == "train" ? meta_.train_tokens : meta_.val_tokens;
   int w = meta_.bytes_per_token();
-  int fd = ::open(path_.c_str(), O_RDONLY);
+  int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block
   ST_USER_CHECK(fd >= 0, "cannot open '", path_, "': ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     throw UserError("cannot stat '" + path_ + "': " + std::strerror(errno));
   }
-  auto expected = static_cast<long long>(tokens_) * w;
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw UserError("'" + path_ + "' is not a regular file");
+  }
+  // tokens x width from meta.json, overflow-checked: a wrapped product could match a short file.
+  long long expected = 0;
+  if (__builtin_mul_overflow(static_cast<long long>(tokens_), static_cast<long long>(w), &expected)) {
+    ::close(fd);
+    throw UserError(detail::concat(dir, "/meta.json: ", split, " has ", tokens_, " ", meta_.dtype,
+                                   " tokens, more bytes than any file can hold; '", path_, "' has ", st.st_size,
+                                   " bytes"));
+  }
   if (st.st_size != expected) {
     ::close(fd);
     throw UserError(detail::concat("'", path_, "' has ", st.st_size, " bytes but ", dir, "/meta.json says ",
@@ -186,7 +210,23 @@ void TokenDataset::read(std::int64_t begin, std::int64_t n, std::int32_t* out) c
   ST_CHECK(begin >= 0 && n >= 0 && begin + n <= tokens_, "token range [", begin, ", ", begin + n,
            ") outside [0, ", tokens_, ") of ", path_);
   int w = meta_.bytes_per_token();
-  for (std::int64_t i = 0; i < n; ++i) out[i] = load_le(data_ + (begin + i) * w, w);
+  // Every id that reaches a batch is checked (the constructor spot-checks only a sample of
+  // large splits): an id >= vocab_size would index past the embedding table.
+  const std::uint32_t vocab = static_cast<std::uint32_t>(meta_.vocab_size);
+  std::uint32_t bad = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t id = static_cast<std::uint32_t>(load_le(data_ + (begin + i) * w, w));
+    bad |= id >= vocab ? 1u : 0u;
+    out[i] = static_cast<std::int32_t>(id);
+  }
+  if (bad) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::uint32_t id = static_cast<std::uint32_t>(out[i]);
+      ST_USER_CHECK(id < vocab, "'", path_, "': token ", begin + i, " (byte offset ", (begin + i) * w, ") is ", id,
+                    ", not below vocab_size ", meta_.vocab_size,
+                    " from meta.json: corrupt file (found while reading a batch)");
+    }
+  }
 }
 
 void write_ids(const std::string& path, const std::vector<std::int32_t>& ids, const std::string& dtype) {
@@ -201,7 +241,7 @@ void write_ids(const std::string& path, const std::vector<std::int32_t>& ids, co
 
 std::vector<std::int32_t> read_ids(const std::string& path, const std::string& dtype) {
   int w = width_of(dtype, "--dtype");
-  std::string bytes = read_file(path);
+  std::string bytes = read_file(path, kMaxSourceBytes, "token id file");
   ST_USER_CHECK(bytes.size() % w == 0, "'", path, "' has ", bytes.size(), " bytes, not a multiple of ", w,
                 " (", dtype, "): truncated or wrong --dtype");
   std::vector<std::int32_t> ids(bytes.size() / w);

@@ -46,8 +46,10 @@ std::vector<KeySpec> build_schema() {
     Str("run.name", "quickstart", "run name; the default output directory is runs/<name>").non_empty(),
     Int("run.seed", 1234, "seed of parameter init, data order and dropout").at_least(0),
     Str("run.out_dir", "", "output directory (metrics, resolved deck, checkpoints); \"\" = runs/<run.name>"),
-    Int("run.threads", 0, "intra-op CPU threads per rank; 0 = cores per host / ranks per host")
-        .at_least(0).unit("threads"),
+    Int("run.threads", 0,
+        "intra-op CPU threads per rank; 0 = cores per host / ranks per host; at most 4 x the host's CPUs "
+        "(checked when the run starts)")
+        .at_least(0).at_most(kMaxThreads).unit("threads"),
     Str("run.device", "auto",
         "where each rank computes: auto = its GPU when libtorch has CUDA and every rank has a GPU of its own, "
         "else the CPU; cuda = its GPU (an error without one); cpu")
@@ -58,39 +60,39 @@ std::vector<KeySpec> build_schema() {
         .one_of({"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"}),
     Int("parallel.shard_group_size", 0,
         "ranks that share one sharded replica (must divide the world size); 0 = ranks per host")
-        .at_least(0).unit("ranks"),
+        .at_least(0).at_most(kMaxRanks).unit("ranks"),
     Int("parallel.simulate_ranks_per_host", 0,
         "pretend every k consecutive ranks form a host (tests on one machine); 0 = real hosts")
-        .at_least(0).unit("ranks"),
+        .at_least(0).at_most(kMaxRanks).unit("ranks"),
 
     // [comm]
     Str("comm.backend", "auto", "collective backend; auto = nccl for CUDA tensors, mpi otherwise")
         .one_of({"auto", "mpi", "nccl"}),
     Float("comm.timeout_s", 600.0, "a collective that takes longer aborts the job with a report")
-        .above(0).unit("s"),
+        .above(0).at_most(1e6).unit("s"),
     Int("comm.flight_recorder", 64, "collectives remembered per group for timeout reports; 0 = off")
-        .at_least(0).unit("entries"),
+        .at_least(0).at_most(65536).unit("entries"),
 
     // [model]
     Str("model.arch", "gpt2", "model family").one_of({"gpt2", "llama", "vit"}),
     Str("model.preset", "", "named size that fills the model keys this deck does not set; \"\" = none")
         .one_of({"", "gpt2-124m", "gpt2-355m", "gpt2-774m", "gpt2-1.5b", "llama-7b", "vit-mnist"}),  // = model::preset_names()
-    Int("model.vocab_size", 50257, "vocabulary size (gpt2, llama)").at_least(1).unit("tokens"),
-    Int("model.seq_len", 1024, "context length (gpt2, llama)").at_least(1).unit("tokens"),
-    Int("model.d_model", 768, "hidden size").at_least(1),
-    Int("model.n_layers", 12, "transformer blocks").at_least(1),
-    Int("model.n_heads", 12, "attention heads; must divide d_model").at_least(1),
+    Int("model.vocab_size", 50257, "vocabulary size (gpt2, llama)").at_least(1).at_most(2147483647).unit("tokens"),
+    Int("model.seq_len", 1024, "context length (gpt2, llama)").at_least(1).at_most(1 << 20).unit("tokens"),
+    Int("model.d_model", 768, "hidden size").at_least(1).at_most(1 << 17),
+    Int("model.n_layers", 12, "transformer blocks").at_least(1).at_most(1 << 14),
+    Int("model.n_heads", 12, "attention heads; must divide d_model").at_least(1).at_most(1 << 17),
     Int("model.n_kv_heads", 0, "key/value heads for grouped-query attention (llama); 0 = n_heads")
-        .at_least(0),
+        .at_least(0).at_most(1 << 17),
     Int("model.d_ff", 0, "feed-forward hidden size; 0 = arch default (gpt2 4*d_model, llama SwiGLU)")
-        .at_least(0),
-    Float("model.norm_eps", 1e-5, "epsilon of the layer / RMS norms").above(0),
+        .at_least(0).at_most(1 << 20),
+    Float("model.norm_eps", 1e-5, "epsilon of the layer / RMS norms").above(0).at_most(1),
     Float("model.rope_theta", 10000.0, "rotary embedding base (llama)").above(0),
     Bool("model.tie_embeddings", true, "share the token embedding with the output projection (gpt2 always ties)"),
-    Int("model.image_size", 28, "input image side (vit)").at_least(1).unit("pixels"),
-    Int("model.patch_size", 7, "patch side; must divide image_size (vit)").at_least(1).unit("pixels"),
-    Int("model.channels", 1, "input image channels (vit)").at_least(1),
-    Int("model.num_classes", 10, "output classes (vit)").at_least(1),
+    Int("model.image_size", 28, "input image side (vit)").at_least(1).at_most(65536).unit("pixels"),
+    Int("model.patch_size", 7, "patch side; must divide image_size (vit)").at_least(1).at_most(65536).unit("pixels"),
+    Int("model.channels", 1, "input image channels (vit)").at_least(1).at_most(65536),
+    Int("model.num_classes", 10, "output classes (vit)").at_least(1).at_most(1 << 20),
     Float("model.dropout", 0.0, "dropout probability").at_least(0).below(1),
 
     // [fsdp]
@@ -107,41 +109,42 @@ std::vector<KeySpec> build_schema() {
         .one_of({"pre", "post", "none"}),
     Bool("fsdp.forward_prefetch", false, "gather the next unit while the current one runs forward"),
     Int("fsdp.limit_all_gathers", 2, "all-gathers in flight at most (bounds unsharded memory)")
-        .at_least(1).unit("all-gathers"),
+        .at_least(1).at_most(1024).unit("all-gathers"),
     Bool("fsdp.activation_checkpointing", false, "recompute each unit's activations in backward"),
     Bool("fsdp.cpu_offload", false, "keep parameter shards and optimizer state in host memory"),
 
     // [optimizer]
     Str("optimizer.name", "adamw", "optimizer").one_of({"adamw", "sgd"}),
-    Float("optimizer.lr", 3e-4, "peak learning rate").above(0),
+    Float("optimizer.lr", 3e-4, "peak learning rate").above(0).at_most(1e6),
     Float("optimizer.beta1", 0.9, "adamw: first-moment decay").at_least(0).below(1),
     Float("optimizer.beta2", 0.95, "adamw: second-moment decay").at_least(0).below(1),
-    Float("optimizer.eps", 1e-8, "adamw: denominator epsilon").above(0),
+    Float("optimizer.eps", 1e-8, "adamw: denominator epsilon").above(0).at_most(1),
     Float("optimizer.weight_decay", 0.1, "decoupled weight decay").at_least(0),
     Float("optimizer.momentum", 0.9, "sgd: momentum").at_least(0).below(1),
     Float("optimizer.grad_clip", 1.0, "clip the global gradient norm to this; 0 = off").at_least(0),
     List("optimizer.no_decay", {".bias", "norm", "ln_"}, "parameter-name patterns without weight decay"),
     Int("optimizer.host_threads", 0,
         "threads of the optimizer step on host-memory shards (CPU runs, fsdp.cpu_offload); the result does not "
-        "depend on it; 0 = the rank's CPU threads (run.threads)")
-        .at_least(0).unit("threads"),
+        "depend on it; 0 = the rank's CPU threads (run.threads); at most 4 x the host's CPUs (checked when the run "
+        "starts)")
+        .at_least(0).at_most(kMaxThreads).unit("threads"),
 
     // [lr]
     Str("lr.schedule", "cosine", "learning-rate decay after warmup").one_of({"constant", "cosine", "linear"}),
     Int("lr.warmup_steps", 100, "linear warmup from 0 to optimizer.lr").at_least(0).unit("steps"),
-    Float("lr.min_lr", 0.0, "learning rate at the end of the decay").at_least(0),
+    Float("lr.min_lr", 0.0, "learning rate at the end of the decay").at_least(0).at_most(1e6),
     Int("lr.decay_steps", 0, "step at which the decay reaches min_lr; 0 = train.max_steps")
         .at_least(0).unit("steps"),
 
     // [train]
     Int("train.max_steps", 1000, "optimizer steps to run").at_least(1).unit("steps"),
     Int("train.max_tokens", 0, "stop after this many training tokens; 0 = no limit").at_least(0).unit("tokens"),
-    Int("train.micro_batch", 8, "samples per rank in one forward/backward").at_least(1).unit("samples"),
+    Int("train.micro_batch", 8, "samples per rank in one forward/backward").at_least(1).at_most(1 << 20).unit("samples"),
     Int("train.global_batch", 0,
         "samples per optimizer step over all ranks; 0 = micro_batch * grad_accum * data-parallel ranks")
-        .at_least(0).unit("samples"),
+        .at_least(0).at_most(int64_t{1} << 40).unit("samples"),
     Int("train.grad_accum", 0, "micro-batches per optimizer step; 0 = derived from global_batch (or 1)")
-        .at_least(0).unit("micro-batches"),
+        .at_least(0).at_most(1 << 20).unit("micro-batches"),
     Int("train.val_every", 100, "validate every this many steps; 0 = never").at_least(0).unit("steps"),
     Int("train.val_batches", 10, "global batches of the validation split per evaluation (in order)").at_least(1).unit("batches"),
     Str("train.on_nonfinite", "stop",
@@ -168,16 +171,16 @@ std::vector<KeySpec> build_schema() {
     Int("log.every", 10, "print and record metrics every this many steps").at_least(1).unit("steps"),
     Str("log.metrics_file", "metrics.jsonl", "JSON-lines metrics file, relative to run.out_dir; \"\" = none"),
     Float("log.peak_tflops", 0.0, "peak throughput per rank for MFU; 0 = measure at start")
-        .at_least(0).unit("TFLOP/s"),
+        .at_least(0).at_most(1e9).unit("TFLOP/s"),
 
     // [checkpoint]
     Str("checkpoint.dir", "", "checkpoint directory; \"\" = <run.out_dir>/checkpoints"),
     Int("checkpoint.every_steps", 0, "write a checkpoint every this many steps; 0 = off").at_least(0).unit("steps"),
     Float("checkpoint.every_minutes", 0.0, "write a checkpoint every this many minutes; 0 = off")
-        .at_least(0).unit("min"),
+        .at_least(0).at_most(1e6).unit("min"),
     Int("checkpoint.keep_last", 3,
         "checkpoints of this run kept (the newest that verified); older ones of this run are deleted, other runs' never")
-        .at_least(1),
+        .at_least(1).at_most(1 << 20),
     Str("checkpoint.resume", "auto", "auto = latest in checkpoint.dir if any, never, or a checkpoint path")
         .non_empty(),
     Bool("checkpoint.async", false, "write checkpoints in the background while training continues"),

@@ -10,12 +10,13 @@
 
 #include "deck_detail.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
 
 namespace shardtrain::deck {
 namespace {
 
 // Decks are a few kilobytes; anything this big is the wrong file (a checkpoint, a dataset).
-constexpr std::uintmax_t kMaxDeckBytes = 16u << 20;
+constexpr std::uint64_t kMaxDeckBytes = kMaxDeckFileBytes;
 
 struct Assignment {
   std::string key;
@@ -114,7 +115,137 @@ void read_section(const std::string& section, const toml::table& table, const st
   }
 }
 
+// A deck is at most [section] key = value with a list or inline table as the value (depth 3).
+// toml++ recurses once per level of dotted headers, dotted keys, arrays and inline tables, so
+// a crafted file thousands of levels deep overflows the stack: this scan (a loop, no
+// recursion) refuses anything deeper than kMaxDeckNesting before toml++ sees the text.
+// Strings and comments are skipped, so dots and brackets inside them do not count.
+void check_nesting(std::string_view t, const std::string& file) {
+  struct Frame {
+    char type;  // '[' array, '{' inline table
+    int depth;  // the container's own depth
+  };
+  std::vector<Frame> stack;
+  size_t line = 1, line_start = 0;
+  int table_depth = 0;       // of the last [header]
+  int container_depth = 0;   // depth of the table the current key belongs to
+  int key_segs = 1;          // segments of the current (dotted) key
+  int val_depth = 0;         // depth of the value being read
+  bool key_pos = true;       // reading a key (or a header), not a value
+  bool line_blank = true;    // nothing but whitespace so far on this line
+  auto fail_at = [&](size_t i, int depth) {
+    throw UserError(file + ":" + std::to_string(line) + ":" + std::to_string(i - line_start + 1) +
+                    ": nesting " + std::to_string(depth) + " levels deep (tables, dotted keys, arrays or inline "
+                    "tables); a deck allows at most " + std::to_string(kMaxDeckNesting) +
+                    " levels ([section], key = value)");
+  };
+  auto newline = [&](size_t i) {
+    ++line;
+    line_start = i + 1;
+  };
+  // Skips a string starting at t[i] (a quote); returns the index of its last character.
+  auto skip_string = [&](size_t i) -> size_t {
+    const char q = t[i];
+    const bool triple = t.compare(i, 3, std::string(3, q)) == 0;
+    size_t j = i + (triple ? 3 : 1);
+    for (; j < t.size(); ++j) {
+      char c = t[j];
+      if (c == '\n') {
+        if (!triple) return j - 1;  // unterminated: toml++ reports it
+        newline(j);
+      } else if (c == '\\' && q == '"') {
+        if (j + 1 < t.size() && t[j + 1] == '\n') newline(j + 1);
+        ++j;
+      } else if (c == q) {
+        if (!triple) return j;
+        if (t.compare(j, 3, std::string(3, q)) == 0) {
+          while (j + 3 < t.size() && t[j + 3] == q) ++j;  // up to two quotes may end the content
+          return j + 2;
+        }
+      }
+    }
+    return t.size() - 1;
+  };
+  auto start_key = [&](int depth) {
+    key_pos = true;
+    container_depth = depth;
+    key_segs = 1;
+  };
+  for (size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    if (c == '\n') {
+      newline(i);
+      line_blank = true;
+      if (stack.empty()) start_key(table_depth);
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r') continue;
+    const bool at_line_start = line_blank;
+    line_blank = false;
+    if (c == '#') {
+      while (i + 1 < t.size() && t[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      i = skip_string(i);
+      continue;
+    }
+    if (key_pos && stack.empty() && at_line_start && c == '[') {
+      // A [header] or [[header]]: its dotted segments are its depth.
+      int segs = 1;
+      size_t j = i + 1;
+      if (j < t.size() && t[j] == '[') {
+        ++segs;
+        ++j;
+      }
+      for (; j < t.size() && t[j] != ']' && t[j] != '\n'; ++j) {
+        if (t[j] == '"' || t[j] == '\'') j = skip_string(j);
+        else if (t[j] == '.' && ++segs > kMaxDeckNesting) fail_at(j, segs);
+      }
+      if (segs > kMaxDeckNesting) fail_at(i, segs);
+      table_depth = segs;
+      i = j > i ? j - 1 : i;  // the loop sees the ']' next, which closes nothing
+      start_key(table_depth);
+      continue;
+    }
+    if (key_pos) {
+      if (c == '.') {
+        if (container_depth + ++key_segs > kMaxDeckNesting) fail_at(i, container_depth + key_segs);
+      } else if (c == '=') {
+        key_pos = false;
+        val_depth = container_depth + key_segs;
+      } else if (c == '}' && !stack.empty() && stack.back().type == '{') {  // empty inline table
+        stack.pop_back();
+        key_pos = false;
+        val_depth = stack.empty() ? 0 : stack.back().depth + 1;
+      }
+      continue;
+    }
+    switch (c) {
+      case '[':
+      case '{':
+        if (val_depth + 1 > kMaxDeckNesting) fail_at(i, val_depth + 1);
+        stack.push_back({c, val_depth});
+        if (c == '{') start_key(val_depth);
+        else val_depth += 1;
+        break;
+      case ']':
+      case '}':
+        if (!stack.empty() && stack.back().type == (c == ']' ? '[' : '{')) stack.pop_back();
+        if (!stack.empty()) val_depth = stack.back().depth + 1;
+        break;
+      case ',':
+        if (!stack.empty() && stack.back().type == '{') start_key(stack.back().depth);
+        else if (!stack.empty()) val_depth = stack.back().depth + 1;
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 std::vector<Assignment> read_toml(const std::string& text, const std::string& file) {
+  check_nesting(text, file);
   toml::table root;
   try {
     root = toml::parse(text, file);
@@ -161,24 +292,8 @@ Deck Deck::parse(const std::string& text, const std::string& source_name,
 }
 
 Deck Deck::load(const std::string& path, const std::vector<std::string>& overrides) {
-  namespace fs = std::filesystem;
-  if (path.empty()) throw UserError("no deck file given (the path is empty)");
-  std::error_code ec;
-  fs::file_status st = fs::status(path, ec);
-  if (!fs::exists(st)) throw UserError(path + ": deck file not found");
-  if (fs::is_directory(st)) throw UserError(path + ": is a directory, not a deck file");
-  if (fs::is_regular_file(st)) {
-    auto size = fs::file_size(path, ec);
-    if (!ec && size > kMaxDeckBytes)
-      throw UserError(path + ": " + std::to_string(size) +
-                      " bytes is far too big for a deck (a TOML text file); is this the right file?");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(path + ": cannot read deck file: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw UserError(path + ": cannot read deck file: " + std::strerror(errno));
-  return parse(text.str(), path, overrides);
+  // Only a regular file, read up to the cap: a FIFO or /dev/zero would block or never end.
+  return parse(read_small_file(path, kMaxDeckBytes, "deck"), path, overrides);
 }
 
 }  // namespace shardtrain::deck

@@ -14,8 +14,11 @@ std::string check_value(const KeySpec& spec, const Value& v) {
     bool high = spec.has_max && (spec.max_exclusive ? !(x < spec.max) : !(x <= spec.max));
     if (low || high) {
       std::string range = allowed_text(spec);
-      bool interval = spec.has_min && spec.has_max;
-      return std::string("must be ") + (interval ? "in " : "") + range + ", got " + toml_literal(v);
+      if (!(spec.has_min && spec.has_max)) return "must be " + range + ", got " + toml_literal(v);
+      // An interval: name the bound that was crossed, then the whole range.
+      KeySpec one = spec;
+      (low ? one.has_max : one.has_min) = false;
+      return "must be " + allowed_text(one) + " (allowed: " + range + "), got " + toml_literal(v);
     }
   }
   if (spec.type == Type::String) {

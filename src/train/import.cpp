@@ -2,7 +2,9 @@
 #include "shardtrain/train/import.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <set>
 
 #include "resume_state.h"
 #include "shardtrain/ckpt/checkpoint.h"
@@ -18,12 +20,23 @@
 
 namespace shardtrain::train {
 
+std::vector<std::string> safetensors_inputs(const std::string& in) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> inputs = ckpt::safetensors_files(in);
+  inputs.push_back(in);
+  std::error_code ec;
+  if (fs::is_directory(in, ec)) inputs.push_back((fs::path(in) / "model.safetensors.index.json").string());
+  return inputs;
+}
+
 void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::string& in, const std::string& out) {
   MPI_Comm world = rt.world();
   optim::KokkosScope kokkos;
   Timer timer;
   fsdp::OptimizerConfig opt_cfg;
   runtime::run_agreed(world, [&] {
+    // The output must not be the input (or one of an index's member files).
+    ckpt::refuse_overwriting_inputs(out, safetensors_inputs(in), "ckpt import");
     // Checked before any work: the header is parsed on every rank (cheap), so a bad file is
     // reported before the model is built.
     for (const std::string& f : ckpt::safetensors_files(in)) ckpt::read_safetensors_header(f);
@@ -60,6 +73,21 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
                 timer.seconds());
     std::fflush(stdout);
   }
+}
+
+void export_checkpoint(const std::string& path, const std::string& out) {
+  ckpt::refuse_overwriting_inputs(out, {path}, "ckpt export");
+  const ckpt::CheckpointMeta meta = ckpt::read_checkpoint_meta(path);
+  // The parameters the checkpoint's model has, with their shapes (the model on meta: no memory).
+  const model::ModelSpec spec = model_spec_from_json(meta.model_spec_json, "checkpoint " + path);
+  std::shared_ptr<model::Model> net = model::build_model(spec, at::kMeta);
+  std::vector<ckpt::ExpectedTensor> expected;
+  std::set<const void*> seen;  // a tied weight registered twice is one tensor
+  for (const auto& p : net->named_parameters(/*recurse=*/true)) {
+    if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;
+    expected.push_back({p.key(), p.value().sizes().vec()});
+  }
+  ckpt::export_safetensors(path, out, &expected);
 }
 
 }  // namespace shardtrain::train

@@ -63,6 +63,7 @@ ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOption
     j.strategy = o.strategy ? *o.strategy : fsdp::parse_strategy(d.get_string("parallel.strategy"));
     j.mesh = std::make_unique<runtime::DeviceMesh>(world, j.topo, static_cast<int>(d.get_int("parallel.shard_group_size")));
     j.spec = o.spec ? *o.spec : model_spec_from_deck(d);
+    check_thread_keys(d);
   });
   j.threads = threads_per_rank(d, real_host_ranks(world).size);
   at::set_num_threads(j.threads);

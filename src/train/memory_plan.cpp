@@ -598,6 +598,7 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   else if (unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
   else throw UserError(what + ": unknown unit '" + text.substr(pos) + "' in '" + text + "' (B, KB, MB, GB, KiB, MiB, GiB)");
   ST_USER_CHECK(v > 0 && std::isfinite(v), what, ": '", text, "' must be a positive size");
+  ST_USER_CHECK(v * mult < 9.0e18, what, ": '", text, "' is too large (at most 8 EiB)");
   return static_cast<int64_t>(v * mult);
 }
 

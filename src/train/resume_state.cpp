@@ -5,11 +5,13 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::train {
@@ -41,12 +43,58 @@ std::vector<uint8_t> generator_state(const c10::Device& device) {
   return std::vector<uint8_t>(p, p + t.numel());
 }
 
-void set_generator_state(const uint8_t* p, int64_t n, const c10::Device& device) {
+// The layout of the CPU generator's state (ATen/CPUGeneratorImpl.cpp, CPUGeneratorImplState):
+// libtorch copies it into its mt19937 without checking the indices, so a state with a wild
+// `left` or `next` would read outside the 624-word array at the first draw.
+struct CpuStateLegacy {
+  uint64_t the_initial_seed;
+  int left;
+  int seeded;
+  uint64_t next;
+  uint64_t state[624];
+  double normal_x, normal_y, normal_rho;
+  int normal_is_valid;
+};
+struct CpuState {
+  CpuStateLegacy legacy_pod;
+  float next_float_normal_sample;
+  bool is_next_float_normal_sample_valid;
+};
+
+// "" when the bytes can be a CPU generator state; otherwise why not.
+std::string cpu_state_problem(const uint8_t* p, int64_t n, int64_t expected_size) {
+  if (n != expected_size) return "has " + std::to_string(n) + " bytes, a CPU generator state has " + std::to_string(expected_size);
+  if (expected_size != static_cast<int64_t>(sizeof(CpuState))) return "";  // another libtorch layout: its own checks
+  CpuState st;
+  std::memcpy(&st, p, sizeof st);
+  const CpuStateLegacy& l = st.legacy_pod;
+  if (l.left < 1 || l.left > 624 || l.next > 624 || static_cast<uint64_t>(l.left) + l.next > 625)
+    return "has generator indices (left " + std::to_string(l.left) + ", next " + std::to_string(l.next) +
+           ") outside the 624-word state";
+  for (uint64_t w : l.state)
+    if (w > 0xFFFFFFFFull) return "has a state word above 32 bits";
+  if ((l.seeded != 0 && l.seeded != 1) || (l.normal_is_valid != 0 && l.normal_is_valid != 1))
+    return "has flags that are neither 0 nor 1";
+  return "";
+}
+
+void set_generator_state(const uint8_t* p, int64_t n, const c10::Device& device, const std::string& path, int rank) {
   at::Generator gen = default_generator(device);
+  const std::string what = path + ": /train/rng_state of rank " + std::to_string(rank);
+  if (device.is_cpu()) {
+    const std::string problem = cpu_state_problem(p, n, static_cast<int64_t>(generator_state(device).size()));
+    if (!problem.empty()) throw UserError(what + " is not a generator state: it " + problem + " (corrupt checkpoint)");
+  }
   at::Tensor t = at::empty({n}, at::TensorOptions().dtype(at::kByte));
   std::memcpy(t.data_ptr<uint8_t>(), p, static_cast<size_t>(n));
   std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(t);
+  try {
+    gen.set_state(t);
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    msg = msg.substr(0, msg.find('\n'));
+    throw UserError(what + " cannot be restored (" + msg + "): corrupt checkpoint");
+  }
 }
 
 void reseed(uint64_t seed, int rank, int64_t step, const c10::Device& device) {
@@ -92,20 +140,38 @@ LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& pa
                 " (this trainer keeps them equal)");
   nlohmann::json extra;
   try {
+    check_json_depth(st.extra_json, kMaxJsonDepth, path + ": /train attribute 'extra'");
     extra = nlohmann::json::parse(st.extra_json);
   } catch (const std::exception& e) {
     throw UserError(path + ": /train attribute 'extra' is not JSON: " + e.what());
   }
+  if (!extra.is_object()) throw UserError(path + ": /train attribute 'extra' is not a JSON object");
+  // Typed reads of the optional fields: a wrong type is the checkpoint's fault, not a bug.
+  auto int_field = [&](const char* key, int64_t dflt) -> int64_t {
+    if (!extra.contains(key)) return dflt;
+    const nlohmann::json& v = extra[key];
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}))
+      throw UserError(path + ": /train attribute 'extra': " + key + " is " + v.dump() + ", not a 64-bit integer");
+    return v.get<int64_t>();
+  };
   LoopPosition pos;
   pos.step = st.step;
   pos.tokens_seen = st.tokens_seen;
   pos.cursor = data::SamplerCursor::from_array({st.data_cursor[0], st.data_cursor[1]});
 
-  const int64_t ranks = extra.value("rng_ranks", int64_t{0}), bytes = extra.value("rng_bytes_per_rank", int64_t{0});
-  const bool rng_ok = ranks > 0 && bytes > 0 && static_cast<int64_t>(st.rng_state.size()) == ranks * bytes;
-  const std::string kind = extra.value("rng_generator", std::string("torch_cpu_default"));
+  const int64_t ranks = int_field("rng_ranks", 0), bytes = int_field("rng_bytes_per_rank", 0);
+  int64_t total = 0;
+  const bool rng_ok = ranks > 0 && bytes > 0 && !__builtin_mul_overflow(ranks, bytes, &total) &&
+                      static_cast<int64_t>(st.rng_state.size()) == total;
+  std::string kind = "torch_cpu_default";
+  if (extra.contains("rng_generator")) {
+    if (!extra["rng_generator"].is_string())
+      throw UserError(path + ": /train attribute 'extra': rng_generator is " + extra["rng_generator"].dump() +
+                      ", not a string");
+    kind = extra["rng_generator"].get<std::string>();
+  }
   if (rng_ok && ranks == world_size && kind == generator_name(device)) {
-    set_generator_state(st.rng_state.data() + static_cast<size_t>(rank) * bytes, bytes, device);
+    set_generator_state(st.rng_state.data() + static_cast<size_t>(rank) * bytes, bytes, device, path, rank);
   } else {
     reseed(seed, rank, st.step, device);
     if (!rng_ok) notes += "# RNG: checkpoint holds no usable generator states: reseeded from run.seed\n";
@@ -116,12 +182,16 @@ LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& pa
       notes += "# RNG: checkpoint holds " + kind + " generator states, this run draws from " +
                generator_name(device) + ": reseeded from run.seed (only dropout differs)\n";
   }
-  if (extra.contains("global_batch") && extra["global_batch"].get<int64_t>() != global_batch)
-    notes += "# note: checkpoint was trained with global batch " + std::to_string(extra["global_batch"].get<int64_t>()) +
-             ", this run uses " + std::to_string(global_batch) + "\n";
-  if (extra.contains("seed") && extra["seed"].get<uint64_t>() != seed)
-    notes += "# note: checkpoint was trained with run.seed " + std::to_string(extra["seed"].get<uint64_t>()) +
-             ", this run uses " + std::to_string(seed) + " (the data order changes)\n";
+  const int64_t saved_batch = int_field("global_batch", global_batch);
+  if (saved_batch != global_batch)
+    notes += "# note: checkpoint was trained with global batch " + std::to_string(saved_batch) + ", this run uses " +
+             std::to_string(global_batch) + "\n";
+  // Printed as stored (dump), so a negative or odd value is not shown wrapped to 2^64 - 1.
+  if (extra.contains("seed") && !(extra["seed"].is_number_unsigned() && extra["seed"].get<uint64_t>() == seed) &&
+      !(extra["seed"].is_number_integer() && extra["seed"].get<int64_t>() >= 0 &&
+        static_cast<uint64_t>(extra["seed"].get<int64_t>()) == seed))
+    notes += "# note: checkpoint was trained with run.seed " + extra["seed"].dump() + ", this run uses " +
+             std::to_string(seed) + " (the data order changes)\n";
   return pos;
 }
 

@@ -1,9 +1,18 @@
 // Deck -> typed settings, with cross-key checks that need the world size.
 #include "shardtrain/train/setup.h"
 
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::train {
 
@@ -33,6 +42,11 @@ BatchPlan plan_batches(const deck::Deck& d, int dp_ranks) {
     p.grad_accum = ga > 0 ? ga : 1;
     p.global_batch = mb * p.grad_accum * dp_ranks;
   }
+  const deck::KeySpec* ga_spec = deck::find_key("train.grad_accum");
+  ST_USER_CHECK(p.grad_accum <= static_cast<int64_t>(ga_spec->max), "train.global_batch = ", p.global_batch,
+                " / (train.micro_batch ", p.micro_batch, " x ", dp_ranks, " data-parallel ranks) = ", p.grad_accum,
+                " micro-batches per step, more than the ", static_cast<int64_t>(ga_spec->max),
+                " allowed: raise train.micro_batch or lower train.global_batch");
   ST_USER_CHECK(p.global_batch == p.micro_batch * p.grad_accum * dp_ranks, "train.global_batch = ",
                 p.global_batch, " must equal train.micro_batch (", p.micro_batch, ") x train.grad_accum (",
                 p.grad_accum, ") x data-parallel ranks (", dp_ranks, ")");
@@ -119,6 +133,117 @@ optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d) {
                 ": shorten the warmup or use lr.schedule = \"constant\"");
   s.validate();
   return s;
+}
+
+namespace {
+
+// Physical memory of this host (MemTotal), or the cgroup's limit when that is lower.
+double host_memory_bytes() {
+  double total = 0;
+  std::ifstream f("/proc/meminfo");
+  for (std::string line; std::getline(f, line);) {
+    long long kb = 0;
+    if (std::sscanf(line.c_str(), "MemTotal: %lld kB", &kb) == 1) total = 1024.0 * static_cast<double>(kb);
+  }
+  for (const char* cg : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream c(cg);
+    double limit = 0;
+    if (c >> limit && limit > 0 && (total <= 0 || limit < total)) total = limit;
+  }
+  return total;
+}
+
+std::string gib(double b) {
+  char s[64];
+  std::snprintf(s, sizeof s, b >= 1024.0 * 1024 * 1024 * 1024 ? "%.3g TiB" : "%.3g GiB",
+                b >= 1024.0 * 1024 * 1024 * 1024 ? b / (1024.0 * 1024 * 1024 * 1024) : b / (1024.0 * 1024 * 1024));
+  return s;
+}
+
+}  // namespace
+
+StepBytesBound step_bytes_lower_bound(const model::ModelSpec& spec, int64_t micro_batch, int world_size) {
+  StepBytesBound b;
+  const double B = static_cast<double>(micro_batch);
+  b.params = static_cast<double>(model::parameter_count(spec));
+  b.state = 8.0 * b.params / std::max(1, world_size);
+  double tokens = static_cast<double>(spec.seq_len);
+  if (spec.arch == "vit") {
+    const double side = static_cast<double>(spec.image_size / spec.patch_size);
+    tokens = side * side + 1;
+  } else {
+    b.logits = 4.0 * B * tokens * static_cast<double>(spec.vocab_size);
+  }
+  b.scores = 4.0 * B * static_cast<double>(spec.n_heads) * tokens * tokens;
+  return b;
+}
+
+void check_fits_host_memory(const deck::Deck& d, const model::ModelSpec& spec, const BatchPlan& plan,
+                            MPI_Comm world, bool device_is_cpu) {
+  MPI_Comm local = MPI_COMM_NULL;
+  ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
+  int local_size = 1, world_size = 1;
+  ST_MPI_CHECK(MPI_Comm_size(local, &local_size));
+  ST_MPI_CHECK(MPI_Comm_free(&local));
+  ST_MPI_CHECK(MPI_Comm_size(world, &world_size));
+  const double host = host_memory_bytes();
+  if (host <= 0 || !device_is_cpu) return;  // device memory is not known here
+  const double per_rank = host / std::max(1, local_size);
+  // Lower bounds only (doubles: nothing wraps), so a run that fits is never refused: the fp32
+  // master weights and gradients sharded over every rank, plus the largest tensor one
+  // micro-batch must hold at once (the logits, or one layer's attention scores).
+  const StepBytesBound bound = step_bytes_lower_bound(spec, plan.micro_batch, world_size);
+  const double params = bound.params, state = bound.state, logits = bound.logits, scores = bound.scores;
+  const double act = std::max(logits, scores);
+  if (state + act <= per_rank) return;
+  std::string why;
+  if (act >= state)
+    why = (logits >= scores ? "its logits (train.micro_batch " + std::to_string(plan.micro_batch) + " x model.seq_len " +
+                                  std::to_string(spec.seq_len) + " x model.vocab_size " +
+                                  std::to_string(spec.vocab_size) + " x 4 bytes) alone take "
+                            : "one layer's attention scores (train.micro_batch " + std::to_string(plan.micro_batch) +
+                                  " x model.n_heads " + std::to_string(spec.n_heads) + " x " +
+                                  (spec.arch == "vit" ? std::string("patches") : std::string("model.seq_len")) +
+                                  "^2 x 4 bytes) alone take ") +
+          gib(act);
+  else
+    why = "its " + std::to_string(static_cast<long long>(params)) +
+          " parameters' fp32 weights and gradients alone take " + gib(state) + " per rank over " +
+          std::to_string(world_size) + " ranks";
+  // Blame the keys of the term that does not fit: an override of one of them first (that is
+  // what changed), else the first the deck sets.
+  std::vector<const char*> keys;
+  if (act >= state && logits >= scores) keys = {"train.micro_batch", "model.seq_len", "model.vocab_size"};
+  else if (act >= state) keys = {"model.seq_len", "train.micro_batch", "model.n_heads", "model.image_size"};
+  else keys = {"model.d_model", "model.n_layers", "model.vocab_size", "model.d_ff", "model.preset"};
+  std::string loc;
+  for (const char* k : keys)
+    if (d.is_set(k) && d.origin(k).rfind("--set", 0) == 0) {
+      loc = d.origin(k);
+      break;
+    }
+  for (const char* k : keys)
+    if (loc.empty() && d.is_set(k)) loc = d.origin(k);
+  if (loc.empty()) loc = d.source();
+  throw UserError(loc + ": one training step of this deck cannot fit in memory: " + why + ", but this host has " +
+                  gib(per_rank) + " per rank (" + gib(host) + " / " + std::to_string(local_size) +
+                  " ranks); lower model.seq_len, train.micro_batch or the model size (`shardtrain plan DECK` shows "
+                  "the memory per rank of each strategy)");
+}
+
+int max_threads_per_rank() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return 4 * static_cast<int>(std::max(1u, hw));
+}
+
+void check_thread_keys(const deck::Deck& d) {
+  const int cap = max_threads_per_rank();
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  for (const char* key : {"run.threads", "optimizer.host_threads"}) {
+    const int64_t t = d.get_int(key);
+    ST_USER_CHECK(t <= cap, d.origin(key), ": ", key, " = ", t, " is more threads than this host can run: at most ",
+                  cap, " (4 x its ", hw, " CPUs); 0 picks a good number");
+  }
 }
 
 int threads_per_rank(const deck::Deck& d, int local_size) {

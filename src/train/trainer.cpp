@@ -150,6 +150,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   TrainerSettings s;
   runtime::run_agreed(world, [&] {
     plan = plan_batches(d, rt.size());
+    check_fits_host_memory(d, spec, plan, world, device.is_cpu());  // huge seq_len / micro_batch: exit 2, not bad_alloc
     schedule = lr_schedule_from_deck(d);
     opt_cfg = optimizer_config_from_deck(d);
     s = trainer_settings_from_deck(d);
@@ -267,7 +268,9 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
     for (int mb = 0; mb < plan.grad_accum; ++mb) {
       engine.set_last_micro_batch(mb == plan.grad_accum - 1);
-      Batch b = on_device(data->train_batch(at.cursor, mb), device);
+      Batch b;  // an id >= vocab_size in this batch: one UserError (file, offset) on every rank
+      runtime::run_agreed(world, [&] { b = data->train_batch(at.cursor, mb); });
+      b = on_device(b, device);
       at::Tensor loss = net->loss(b.inputs, b.targets) / static_cast<double>(plan.grad_accum);
       loss.backward();
       loss_sum.add_(loss.detach().to(at::kDouble));

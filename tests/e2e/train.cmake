@@ -28,4 +28,10 @@ if(TARGET shardtrain)
   add_train_e2e_test(e2e_train_ownership ownership.sh 2 "ckpt;fault")
   add_train_e2e_test(e2e_train_divergence divergence.sh 2 "ckpt;fault")
   set_tests_properties(e2e_train_ownership PROPERTIES TIMEOUT 300)  # 9 runs, two of them racing
+  # Hostile decks, data and checkpoints: exit 2 and one error line each, never a hang (issue #18).
+  add_test(NAME e2e_train_hostile_inputs
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train/hostile_inputs.sh $<TARGET_FILE:shardtrain> ${MPIEXEC_EXECUTABLE}
+            ${SHARDTRAIN_MPIRUN_FLAGS})
+  set_tests_properties(e2e_train_hostile_inputs PROPERTIES PROCESSORS 1 TIMEOUT 300 LABELS "e2e;train;deck;data"
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_ess_singleton_isolated=1;H5PY_PYTHON=/usr/bin/python3;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()

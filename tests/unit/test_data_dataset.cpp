@@ -1,9 +1,15 @@
 // Tests of the token and image dataset formats: writing, reading, and the UserErrors that
 // bad files raise.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "shardtrain/data/byte_tokenizer.h"
 #include "shardtrain/data/commands.h"
@@ -182,4 +188,166 @@ TEST(Mnist, RealPackageGives8000Plus2000) {
   EXPECT_EQ(meta.train_count, 8000);
   EXPECT_EQ(meta.val_count, 2000);
   EXPECT_NE(cmd_info(d.str()).find("8000 train / 2000 val"), std::string::npos);
+}
+
+// Hostile files: sizes from meta.json are overflow-checked against the files, FIFOs and
+// directories are refused without blocking, and prepare refuses untrainable output.
+namespace {
+std::string token_meta(const std::string& dtype, const std::string& train_tokens) {
+  return "{\"format\": \"shardtrain-tokens\", \"version\": 1, \"tokenizer\": \"byte\", \"vocab_size\": 256, "
+         "\"dtype\": \"" + dtype + "\", \"byte_order\": \"little\", \"eot_id\": -1, \"splits\": {\"train\": "
+         "{\"file\": \"train.bin\", \"tokens\": " + train_tokens + "}, \"val\": {\"file\": \"val.bin\", \"tokens\": 0}}, "
+         "\"val_fraction\": 0, \"sources\": []}";
+}
+void put(const fs::path& p, const std::string& s) { write_file(p.string(), s.data(), s.size()); }
+}  // namespace
+
+TEST(DataBounds, TokenCountProductsCannotWrap) {
+  TempDir d("wrap");
+  put(d.p / "train.bin", "");
+  put(d.p / "val.bin", "");
+  // 2^62 x 4 and 2^61 x 4 bytes wrap a 64-bit product (to 0 and to a negative).
+  for (const char* n : {"4611686018427387904", "2305843009213693952", "9223372036854775807"}) {
+    SCOPED_TRACE(n);
+    put(d.p / "meta.json", token_meta("uint32", n));
+    std::string msg = user_error_of([&] { TokenDataset(d.str(), "train"); });
+    EXPECT_NE(msg.find("meta.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(n), std::string::npos) << msg;
+    EXPECT_NE(user_error_of([&] { cmd_info(d.str()); }), "");
+  }
+  put(d.p / "meta.json", token_meta("uint16", "-5"));
+  EXPECT_NE(user_error_of([&] { TokenDataset(d.str(), "train"); }).find("negative token count"), std::string::npos);
+}
+
+TEST(DataBounds, ImageSizeProductsCannotWrap) {
+  TempDir d("imgwrap");
+  for (const char* f : {"train-images.bin", "train-labels.bin", "val-images.bin", "val-labels.bin"}) put(d.p / f, "");
+  auto meta = [&](const std::string& shape, const std::string& count, const std::string& classes = "10") {
+    put(d.p / "meta.json", "{\"format\": \"shardtrain-images\", \"version\": 1, \"dtype\": \"uint8\", \"shape\": " + shape +
+                               ", \"num_classes\": " + classes + ", \"splits\": {\"train\": {\"count\": " + count +
+                               "}, \"val\": {\"count\": 0}}, \"val_fraction\": 0.2, \"source_fnv1a64\": \"0\"}");
+  };
+  meta("[1, 4294967296, 4294967296]", "1");
+  EXPECT_NE(user_error_of([&] { cmd_info(d.str()); }).find("shape"), std::string::npos);
+  meta("[1, 65536, 65536]", "1");
+  EXPECT_NE(user_error_of([&] { cmd_info(d.str()); }).find("bytes per image"), std::string::npos);
+  meta("[1, 28, 28]", "4611686018427387904");
+  std::string msg = user_error_of([&] { cmd_info(d.str()); });
+  EXPECT_NE(msg.find("overflows"), std::string::npos) << msg;
+  meta("[1, 28, 28]", "1000");
+  msg = user_error_of([&] { cmd_info(d.str()); });
+  EXPECT_NE(msg.find("train-images.bin' has 0 bytes"), std::string::npos) << msg;
+  meta("[1, 28, 28]", "0", "100000");
+  EXPECT_NE(user_error_of([&] { cmd_info(d.str()); }).find("num_classes"), std::string::npos);
+}
+
+TEST(DataBounds, FifoAndDirectoryInputsAreRefusedWithoutBlocking) {
+  TempDir d("fifo");
+  ASSERT_EQ(::mkfifo((d.p / "meta.json").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((d.p / "src.txt").c_str(), 0600), 0);
+  auto f = std::async(std::launch::async, [&] {
+    std::string a = user_error_of([&] { cmd_info(d.str()); });
+    std::string b = user_error_of([&] { read_token_meta(d.str()); });
+    PrepareArgs pa;
+    pa.tokenizer = "byte";
+    pa.sources = {(d.p / "src.txt").string()};
+    pa.out_dir = (d.p / "out").string();
+    std::string c = user_error_of([&] { cmd_prepare(pa); });
+    return a + "\n" + b + "\n" + c;
+  });
+  if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    for (const char* n : {"meta.json", "src.txt"}) {  // unblock a regression, then fail
+      int w = ::open((d.p / n).c_str(), O_WRONLY | O_NONBLOCK);
+      if (w >= 0) ::close(w);
+    }
+    ADD_FAILURE() << "blocked on a FIFO";
+  }
+  std::string msgs = f.get();
+  EXPECT_NE(msgs.find("meta.json: is a FIFO"), std::string::npos) << msgs;
+  EXPECT_NE(msgs.find("src.txt: is a FIFO"), std::string::npos) << msgs;
+  PrepareArgs pa;
+  pa.tokenizer = "byte";
+  pa.sources = {d.str()};
+  pa.out_dir = (d.p / "out").string();
+  std::string msg = user_error_of([&] { cmd_prepare(pa); });
+  EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(d.p / "out"));
+}
+
+TEST(DataBounds, PrepareRefusesEmptyShortAndBadFraction) {
+  TempDir d("prep");
+  put(d.p / "empty.txt", "");
+  put(d.p / "one.txt", "x");
+  put(d.p / "ok.txt", "hello world");
+  PrepareArgs pa;
+  pa.tokenizer = "byte";
+  pa.out_dir = (d.p / "out").string();
+  pa.sources = {(d.p / "empty.txt").string()};
+  EXPECT_NE(user_error_of([&] { cmd_prepare(pa); }).find("'empty.txt' is empty"), std::string::npos);
+  pa.sources = {(d.p / "one.txt").string()};
+  std::string msg = user_error_of([&] { cmd_prepare(pa); });
+  EXPECT_NE(msg.find("1 training token"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(d.p / "out"));
+  pa.sources = {(d.p / "ok.txt").string()};
+  for (double v : {-1.0, 1.0, 5.0, std::nan("")}) {
+    pa.val_fraction = v;
+    pa.val_fraction_given = true;
+    msg = user_error_of([&] { cmd_prepare(pa); });
+    EXPECT_NE(msg.find("--val-fraction must be in [0, 1)"), std::string::npos) << msg;
+  }
+  pa.val_fraction = 0;
+  EXPECT_EQ(user_error_of([&] { cmd_prepare(pa); }), "");
+}
+
+// Ids the constructor's spot check skips (splits over 16 Mi tokens are sampled) are still
+// caught when a batch reads them, naming the file, the token and its byte offset.
+TEST(DataBounds, OutOfVocabIdsAreCaughtWhenRead) {
+  TempDir d("oov");
+  const std::int64_t n = (std::int64_t{16} << 20) + 2;  // sampled with stride 16
+  std::string bytes(static_cast<std::size_t>(n) * 2, '\0');
+  bytes[17 * 2] = 0x2C;  // token 17 = 300 >= vocab 256
+  bytes[17 * 2 + 1] = 0x01;
+  put(d.p / "train.bin", bytes);
+  put(d.p / "val.bin", "");
+  put(d.p / "meta.json", token_meta("uint16", std::to_string(n)));
+  TokenDataset ds(d.str(), "train");
+  std::vector<std::int32_t> buf(64);
+  ds.read(20, 64, buf.data());
+  std::string msg = user_error_of([&] { ds.read(0, 64, buf.data()); });
+  EXPECT_NE(msg.find("train.bin': token 17 (byte offset 34) is 300, not below vocab_size 256"), std::string::npos) << msg;
+}
+
+TEST(DataBounds, OutputsMayNotOverwriteInputs) {
+  TempDir d("overwrite");
+  put(d.p / "in.txt", "hello world");
+  std::string in = (d.p / "in.txt").string();
+  EXPECT_NE(user_error_of([&] { cmd_encode(d.str(), "byte", in, in, ""); }).find("refusing to overwrite"),
+            std::string::npos);
+  EXPECT_NE(user_error_of([&] { cmd_decode(d.str(), "byte", in, in, "uint16"); }).find("refusing to overwrite"),
+            std::string::npos);
+  PrepareArgs pa;
+  pa.tokenizer = "byte";
+  put(d.p / "train.bin", "hello world");
+  pa.sources = {(d.p / "train.bin").string()};
+  pa.out_dir = d.str();
+  EXPECT_NE(user_error_of([&] { cmd_prepare(pa); }).find("refusing to overwrite"), std::string::npos);
+  EXPECT_EQ(read_file(in), "hello world");
+}
+
+// nlohmann's dump() (used in messages) recurses per level: a million-deep meta.json crashed
+// data info; the depth is checked before parsing.
+TEST(DataBounds, DeeplyNestedJsonIsRefused) {
+  TempDir d("deepjson");
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  put(d.p / "meta.json", "{\"format\": " + deep + ", \"version\": 1}");
+  std::string msg = user_error_of([&] { cmd_info(d.str()); });
+  EXPECT_NE(msg.find("meta.json': JSON nested deeper than 64 levels"), std::string::npos) << msg.substr(0, 200);
+  put(d.p / "meta.json", "{\"format\": \"shardtrain-images\", \"shape\": [" + deep + ", 1, 1]}");
+  msg = user_error_of([&] { cmd_info(d.str()); });
+  EXPECT_NE(msg.find("JSON nested deeper"), std::string::npos) << msg.substr(0, 200);
+  // Brackets inside strings do not count.
+  put(d.p / "meta.json", token_meta("uint16", "0").replace(1, 0, "\"x\": \"" + std::string(100, '[') + "\\\"\", "));
+  put(d.p / "train.bin", "");
+  put(d.p / "val.bin", "");
+  EXPECT_EQ(user_error_of([&] { read_token_meta(d.str()); }), "");
 }

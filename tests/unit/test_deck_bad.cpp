@@ -1,7 +1,12 @@
 // Malformed decks in tests/decks/bad/: each must fail with a UserError naming the file, line and culprit.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <map>
 #include <set>
@@ -183,4 +188,121 @@ TEST(DeckBad, OverrideErrorsDoNotBlameTheFile) {
   }
   EXPECT_EQ(msg.rfind("--set optimizer.lr=-1: ", 0), 0u) << msg;
   EXPECT_NE(msg.find("> 0"), std::string::npos) << msg;
+}
+
+namespace {
+std::string parse_error(const std::string& text) {
+  try {
+    Deck::parse(text, "deck.toml");
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+std::string repeat(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+}  // namespace
+
+// toml++ recurses per nesting level; a crafted deck thousands of levels deep must be refused
+// by the pre-scan (file:line:col, one line) instead of overflowing the stack.
+TEST(DeckBad, NestingIsCappedBeforeParsing) {
+  const int n = 20000;
+  struct Case {
+    std::string name, text;
+    int line;
+  };
+  const std::vector<Case> cases = {
+      {"dotted header", "[run]\nseed = 1\n[a" + repeat(".a", n) + "]\n", 3},
+      {"array-of-tables header", "[[a" + repeat(".a", n) + "]]\n", 1},
+      {"dotted key", "[model]\n" + std::string("a") + repeat(".a", n) + " = 1\n", 2},
+      {"top-level dotted key", "\n\nx" + repeat(" . x", n) + " = 1\n", 3},
+      {"inline tables", "[run]\nname = " + repeat("{a = ", n) + "1" + repeat("}", n) + "\n", 2},
+      {"arrays", "[fsdp]\nkeep_fp32 = " + repeat("[", n) + repeat("]", n) + "\n", 2},
+      {"multi-line arrays", "[fsdp]\nkeep_fp32 = [\n" + repeat("[\n", n) + repeat("]\n", n) + "]\n", 8},
+      {"arrays of inline tables", "x = [" + repeat("{a = [", n) + repeat("]}", n) + "]\n", 1},
+      {"just past the cap", "[a.b.c.d.e.f.g.h.i]\n", 1},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string msg = parse_error(c.text);
+    EXPECT_EQ(msg.rfind("deck.toml:" + std::to_string(c.line) + ":", 0), 0u) << msg.substr(0, 300);
+    EXPECT_NE(msg.find("nesting"), std::string::npos) << msg.substr(0, 300);
+    EXPECT_NE(msg.find("at most " + std::to_string(shardtrain::deck::kMaxDeckNesting)), std::string::npos)
+        << msg.substr(0, 300);
+    EXPECT_EQ(msg.find('\n'), std::string::npos);
+  }
+}
+
+// Dots and brackets inside strings and comments are not nesting; legal decks still parse.
+TEST(DeckBad, NestingScanIgnoresStringsAndComments) {
+  const std::string deep = repeat("[{.", 50);
+  EXPECT_EQ(parse_error("[run]\nname = \"" + deep + "\"\n# " + deep + "\nout_dir = '" + deep + "'\n"),
+            "<no error>");
+  EXPECT_EQ(parse_error("[run]\nname = \"\"\"\n" + deep + "\n" + deep + "\"\"\"\n"), "<no error>");
+  EXPECT_EQ(parse_error("[run]\nname = '''" + deep + "'''\n"), "<no error>");
+  EXPECT_EQ(parse_error("optimizer = { lr = 6e-4, no_decay = [\"a.b.c.d.e.f.g.h.i.j\"] }\n"
+                        "[fsdp]\nkeep_fp32 = [\n  \"norm\", # [[[[[[[[[[\n  \"ln_\",\n]\n"),
+            "<no error>");
+  // A quoted header with dots is one segment: the ordinary "unknown section" error.
+  EXPECT_NE(parse_error("[\"a.b.c.d.e.f.g.h.i.j.k\"]\n").find("unknown section"), std::string::npos);
+}
+
+TEST(DeckBad, FifoIsRefusedWithoutBlocking) {
+  fs::path p = fs::temp_directory_path() / ("shardtrain_test_fifo_" + std::to_string(::getpid()) + ".toml");
+  fs::remove(p);
+  ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+  auto f = std::async(std::launch::async, [&] { return load_error(p.string()); });
+  if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    // A regression blocks in open() until a writer comes: be that writer, then fail.
+    int w = ::open(p.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+    ADD_FAILURE() << "Deck::load blocked on a FIFO";
+  }
+  std::string msg = f.get();
+  fs::remove(p);
+  EXPECT_EQ(msg.rfind(p.string() + ": ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("FIFO"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("regular file"), std::string::npos) << msg;
+}
+
+TEST(DeckBad, DeviceIsRefused) {
+  std::string msg = load_error("/dev/zero");
+  EXPECT_EQ(msg.rfind("/dev/zero: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("character device"), std::string::npos) << msg;
+}
+
+TEST(DeckBad, SizeCapIsOneMiB) {
+  fs::path p = fs::temp_directory_path() / ("shardtrain_test_1mib_" + std::to_string(::getpid()) + ".toml");
+  { std::ofstream(p) << std::string(shardtrain::deck::kMaxDeckFileBytes + 1, '#'); }
+  std::string msg = load_error(p.string());
+  fs::remove(p);
+  EXPECT_EQ(msg.rfind(p.string() + ": ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("at most 1 MiB"), std::string::npos) << msg;
+}
+
+TEST(DeckBad, HugeCountsAreRangeErrors) {
+  struct Case {
+    std::string text, parts;
+  };
+  const std::vector<Case> cases = {
+      {"[run]\nthreads = 100000\n", "run.threads: must be <= 4096"},
+      {"[optimizer]\nhost_threads = 100000\n", "optimizer.host_threads: must be <= 4096"},
+      {"[model]\nseq_len = 1000000000\n", "model.seq_len: must be <= 1048576"},
+      {"[train]\nmicro_batch = 4611686018427387904\n", "train.micro_batch: must be <= 1048576"},
+      {"[train]\ngrad_accum = 4294967297\n", "train.grad_accum: must be <= 1048576"},
+      {"[checkpoint]\nkeep_last = 4294967297\n", "checkpoint.keep_last: must be <= 1048576"},
+      {"[fsdp]\nlimit_all_gathers = 4294967297\n", "fsdp.limit_all_gathers: must be <= 1024"},
+      {"[parallel]\nshard_group_size = 4294967298\n", "parallel.shard_group_size: must be <= 1048576"},
+      {"[comm]\ntimeout_s = 1e300\n", "comm.timeout_s: must be <= 1e+06"},
+      {"[model]\nd_model = -1\n", "model.d_model: must be >= 1 (allowed: [1, 131072]), got -1"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    std::string msg = parse_error(c.text);
+    EXPECT_EQ(msg.rfind("deck.toml:2:", 0), 0u) << msg;
+    EXPECT_NE(msg.find(c.parts), std::string::npos) << msg;
+  }
 }

@@ -16,9 +16,23 @@ void inspect_checkpoint(const std::string& path, std::ostream& out);
 // A serial copy of the whole checkpoint (plain sec2 file, contiguous datasets), after
 // verifying its digests. One process.
 void consolidate_checkpoint(const std::string& path, const std::string& out_path);
+// One parameter a checkpoint must hold: its name (as in the model) and shape.
+struct ExpectedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
 // The /model datasets as a safetensors file (F32, names as in the model, which are the
-// Hugging Face names for GPT-2). Digests are checked while reading. One process.
-void export_safetensors(const std::string& path, const std::string& out_path);
+// Hugging Face names for GPT-2). Digests are checked while reading. One process. With
+// `expected` (the model the checkpoint says it holds), a missing, misshaped or extra
+// parameter is a UserError naming the tensor, and nothing is written.
+void export_safetensors(const std::string& path, const std::string& out_path,
+                        const std::vector<ExpectedTensor>* expected = nullptr);
+
+// UserError when writing `out` (or its temporary `out`.tmp) would overwrite one of `inputs`
+// (same file by std::filesystem::equivalent: links and other spellings included), or when
+// `out` is a directory. `what` names the command for the message ("ckpt export").
+void refuse_overwriting_inputs(const std::string& out, const std::vector<std::string>& inputs,
+                               const std::string& what);
 
 // One tensor of a safetensors header.
 struct SafetensorsEntry {

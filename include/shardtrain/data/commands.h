@@ -14,7 +14,8 @@ struct PrepareArgs {
   std::string tokenizer = "gpt2";       // gpt2 | byte (ignored for mnist)
   std::vector<std::string> sources;     // "austen", "mnist", or text files
   std::string out_dir;
-  double val_fraction = -1;             // < 0: default (0.05 for text, 0.2 for mnist)
+  double val_fraction = 0;              // checked to lie in [0, 1) when given
+  bool val_fraction_given = false;      // false: default (0.05 for text, 0.2 for mnist)
 };
 // data prepare: a token dataset (austen / text files) or an image dataset (mnist).
 std::string cmd_prepare(const PrepareArgs& a);

@@ -11,6 +11,9 @@ inline constexpr const char* kImageFormat = "shardtrain-images";
 inline constexpr int kImageFormatVersion = 1;
 inline constexpr int kMnistSide = 28;
 inline constexpr int kMnistPixels = kMnistSide * kMnistSide;
+// Bounds on an image dataset's meta.json: each of [C, H, W], and bytes per image.
+inline constexpr std::int64_t kMaxImageSide = 65536;
+inline constexpr std::int64_t kMaxImagePixels = std::int64_t{1} << 30;
 
 struct MnistDigits {
   std::vector<std::uint8_t> images;  // [N, 28, 28], row-major, 0..255

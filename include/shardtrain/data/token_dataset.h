@@ -12,6 +12,8 @@ namespace shardtrain::data {
 
 inline constexpr const char* kTokenFormat = "shardtrain-tokens";
 inline constexpr int kTokenFormatVersion = 1;
+// data prepare refuses sources whose training split has fewer tokens (one input + its target).
+inline constexpr std::int64_t kMinTrainTokens = 2;
 
 struct TokenSourceInfo {
   std::string name;
@@ -59,7 +61,8 @@ class TokenDataset {
   const TokenDatasetMeta& meta() const { return meta_; }
   const std::string& path() const { return path_; }
   std::int32_t at(std::int64_t i) const;
-  // Copies ids [begin, begin + n) into out (bounds-checked).
+  // Copies ids [begin, begin + n) into out (bounds-checked). UserError naming the file, the
+  // token index and its byte offset when an id is >= vocab_size.
   void read(std::int64_t begin, std::int64_t n, std::int32_t* out) const;
 
  private:

@@ -8,6 +8,15 @@
 
 namespace shardtrain::deck {
 
+// Bounds on a deck file, checked before toml++ sees it: decks are a few kilobytes, and a
+// legal deck nests at most 3 levels ([section], key, a list or inline table as the value).
+inline constexpr std::uint64_t kMaxDeckFileBytes = std::uint64_t{1} << 20;  // 1 MiB
+inline constexpr int kMaxDeckNesting = 8;  // tables + dotted-key segments + arrays + inline tables
+// Static caps of run.threads / optimizer.host_threads and of rank-count keys; the machine's
+// own thread cap (4 x its CPUs) is checked when a run starts (train::threads_per_rank).
+inline constexpr int kMaxThreads = 4096;
+inline constexpr int kMaxRanks = 1 << 20;
+
 enum class Type { Int, Float, Bool, String, StringList };
 const char* to_string(Type t);
 

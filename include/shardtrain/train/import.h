@@ -1,6 +1,7 @@
 // import_safetensors: a safetensors file -> a step-0 shardtrain checkpoint for a deck's model.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/runtime/runtime.h"
@@ -15,5 +16,15 @@ namespace shardtrain::train {
 // with checkpoint.init_from = in. UserError (every rank) on a missing tensor, a wrong shape,
 // an unreadable file; `out` is written atomically (nothing is left behind on failure).
 void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::string& in, const std::string& out);
+
+// `ckpt export`: the checkpoint's /model datasets as a safetensors file, after checking them
+// against the model its model_spec attribute describes: a missing, misshaped or extra tensor
+// is a UserError naming it (exit 2), and nothing is written. Refuses an output that is the
+// input. One process.
+void export_checkpoint(const std::string& path, const std::string& out);
+
+// The files a safetensors source consists of (ckpt::safetensors_files, plus the index or the
+// path itself), for refusing an output that would overwrite one of them.
+std::vector<std::string> safetensors_inputs(const std::string& in);
 
 }  // namespace shardtrain::train

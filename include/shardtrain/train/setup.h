@@ -1,5 +1,7 @@
 // Deck -> typed settings for a training run: model spec, batch plan, engine and optimizer options.
 #pragma once
+#include <mpi.h>
+
 #include <cstdint>
 #include <string>
 
@@ -28,7 +30,29 @@ fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::M
 fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d);
 optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d);
 
+// Lower bounds (bytes per rank, doubles: nothing wraps) of one training step: the fp32 weights
+// and gradients sharded over world_size ranks, and the largest tensor of one micro-batch (the
+// logits of a language model, one layer's attention scores).
+struct StepBytesBound {
+  double params = 0, state = 0, logits = 0, scores = 0;
+  double total() const { return state + (logits > scores ? logits : scores); }
+};
+StepBytesBound step_bytes_lower_bound(const model::ModelSpec& spec, int64_t micro_batch, int world_size);
+
+// Collective over world. A lower bound of one step's memory per rank (fp32 weights and
+// gradients sharded over all ranks, plus, on a CPU device, the logits or one layer's attention
+// scores of a micro-batch) against this host's memory shared by its ranks: UserError naming
+// the keys (model.seq_len, train.micro_batch) and `shardtrain plan` when it cannot fit, instead
+// of an allocation failure deep in libtorch. Never refuses a run that would fit.
+void check_fits_host_memory(const deck::Deck& d, const model::ModelSpec& spec, const BatchPlan& plan,
+                            MPI_Comm world, bool device_is_cpu);
+
 // Intra-op threads per rank: run.threads, or cores / ranks on this host (at least 1).
 int threads_per_rank(const deck::Deck& d, int local_size);
+// The most threads a rank may ask for on this host: 4 x std::thread::hardware_concurrency().
+int max_threads_per_rank();
+// run.threads and optimizer.host_threads against max_threads_per_rank(): UserError naming the
+// key, its origin and the cap (100000 threads would exhaust the process limit and abort).
+void check_thread_keys(const deck::Deck& d);
 
 }  // namespace shardtrain::train
