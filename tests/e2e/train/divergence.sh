@@ -1,4 +1,4 @@
-# Divergence: a learning rate of 1e30 makes the loss non-finite from step 2. train.on_nonfinite
+# Divergence: a learning rate of 1e6 (the largest the deck allows) makes the loss non-finite from step 2. train.on_nonfinite
 # = stop ends every rank with exit 4 at that step, without a checkpoint of that state (the last
 # good one stays `latest`); skip_step skips updates and gives up after max_skipped_steps in a
 # row; continue trains on, checkpoints nothing non-finite and still exits 4. A checkpoint
@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 make_dataset
 NP=2
-BAD=(--set optimizer.lr=1e30 --set lr.warmup_steps=0 --set optimizer.grad_clip=0 --set checkpoint.every_steps=1
+BAD=(--set optimizer.lr=1e6 --set lr.warmup_steps=0 --set optimizer.grad_clip=0 --set checkpoint.every_steps=1
      --set train.max_steps=6)
 
 note "stop (default): exit 4 at step 2, step 1 stays the newest checkpoint"
