@@ -12,6 +12,7 @@
 
 #include "shardtrain/ckpt/async_writer.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
@@ -25,13 +26,6 @@ int comm_rank(MPI_Comm c) {
   int r = 0;
   ST_MPI_CHECK(MPI_Comm_rank(c, &r));
   return r;
-}
-
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) throw Error("cannot open directory " + dir + " to fsync it");
-  ::fsync(fd);
-  ::close(fd);
 }
 
 // Complete checkpoints (step_N.h5, not .tmp) in the directory, newest step first.
@@ -98,20 +92,10 @@ std::string CheckpointManager::save(int64_t step, fsdp::Engine& engine, fsdp::Sh
 }
 
 void CheckpointManager::commit(const std::string& final_path) {
-  // latest: replaced atomically, only after the checkpoint itself is in place.
-  const std::string latest = (fs::path(dir_) / "latest").string(), tmp = latest + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << fs::path(final_path).filename().string() << "\n";
-    out.flush();
-    if (!out) throw Error("cannot write " + tmp);
-  }
-  {
-    int fd = ::open(tmp.c_str(), O_RDONLY);
-    if (fd >= 0) { ::fsync(fd); ::close(fd); }
-  }
-  if (std::rename(tmp.c_str(), latest.c_str()) != 0) throw Error("cannot rename " + tmp + " to " + latest);
-  fsync_dir(dir_);
+  // latest: replaced atomically (latest.tmp, fsync, rename, fsync dir), only after the
+  // checkpoint itself is in place. A failed write (disk full) is an IoError naming latest and
+  // the reason; the old `latest` stays as it was.
+  io::write_file_atomic((fs::path(dir_) / "latest").string(), fs::path(final_path).filename().string() + "\n");
   // Rotation: keep the newest keep_last complete files; drop stale partial writes.
   auto files = step_files(dir_, "\\.h5");
   std::error_code ec;
