@@ -17,6 +17,7 @@
 #include "resume_state.h"
 #include "save_schedule.h"
 #include "shardtrain/ckpt/manager.h"
+#include "shardtrain/ckpt/preflight.h"
 #include "shardtrain/ckpt/tools.h"
 #include "spec_json.h"
 #include "shardtrain/fsdp/engine.h"
@@ -31,6 +32,7 @@
 #include "shardtrain/train/setup.h"
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/memory.h"
 #include "shardtrain/util/mpi_check.h"
@@ -46,7 +48,8 @@ void make_dirs(const std::string& path) {
       if (!cur.empty()) {
         struct stat st {};
         if (stat(cur.c_str(), &st) != 0) {
-          ST_USER_CHECK(mkdir(cur.c_str(), 0755) == 0 || errno == EEXIST, "cannot create directory '", cur, "'");
+          ST_USER_CHECK(mkdir(cur.c_str(), 0755) == 0 || errno == EEXIST, "cannot create directory '", cur, "': ",
+                        io::errno_text(errno));
         } else {
           ST_USER_CHECK(S_ISDIR(st.st_mode), "'", cur, "' exists and is not a directory");
         }
@@ -142,9 +145,8 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   runtime::run_agreed(world, [&] {
     if (rt.rank() == 0) {
       make_dirs(out_dir);
-      std::ofstream f(out_dir + "/deck.resolved.toml");
-      ST_USER_CHECK(f.good(), "cannot write '", out_dir, "/deck.resolved.toml'");
-      f << d.resolved_toml();
+      ckpt::check_writable_dir(out_dir, "run.out_dir");  // exit 2 before any training
+      io::write_file_atomic(out_dir + "/deck.resolved.toml", d.resolved_toml());  // IoError: file and reason
     }
   });
 
@@ -212,6 +214,8 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   info.strategy = fsdp::to_string(strategy);
   info.shard_group_size = mesh->shard_size();
   info.replicate_size = mesh->replicate_size();
+  // Writable checkpoint dir, a regular `latest`, room for one checkpoint: exit 2 now, not after training.
+  ckpt::preflight(ckpts.dir(), engine, optimizer, info, world);
 
   LoopPosition pos;
   int64_t resumed_step = -1;
@@ -266,7 +270,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   std::unique_ptr<MetricsLog> metrics_log;
   runtime::run_agreed(world, [&] {
     metrics_log = std::make_unique<MetricsLog>(out_dir + "/" + metrics_file, rt.rank() == 0 && !metrics_file.empty(),
-                                               resumed_step);
+                                               resumed_step, world);
   });
   MetricsLog& metrics = *metrics_log;
   SaveSchedule schedule_saves(every_steps, d.get_float("checkpoint.every_minutes"), rt.rank(), world);
