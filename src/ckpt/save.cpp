@@ -4,9 +4,11 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "plan.h"
@@ -119,9 +121,17 @@ int write_small(hid_t file, const std::string& path, hid_t file_type, hid_t mem_
 
 constexpr double kCleanupSeconds = 60;  // an agreed clean-up is a few ms; this is the backstop
 
-[[noreturn]] void fail_fast(const std::string& tmp, const char* what, int code) {
-  log::error(std::string("checkpoint ") + tmp + ": " + what +
-             " (raised on this rank inside a collective HDF5 write, where the others cannot be told: aborting the job)");
+[[noreturn]] void fail_fast(const std::string& tmp, const char* what, int code, int64_t need) {
+  // A metadata write refused for lack of space surfaces as a failed HDF5 call: still a full
+  // disk (exit 5, the last good checkpoint stays), not a bug.
+  const int64_t avail = io::available_bytes(io::parent_dir(tmp));
+  const bool full = avail >= 0 && avail < need;
+  if (full) code = kExitIo;
+  log::error(std::string("checkpoint ") + tmp + ": " +
+             (full ? "write failed: " + io::errno_text(ENOSPC) + " (" + std::to_string(need) + " bytes needed for the file, " +
+                         std::to_string(avail) + " available now): "
+                   : std::string()) +
+             what + " (raised on this rank inside a collective HDF5 write, where the others cannot be told: aborting the job)");
   ::unlink(tmp.c_str());  // best effort; a .tmp left behind is never read and the next save deletes it
   runtime::Runtime::abort(code == kExitOk ? kExitInternal : code);
 }
@@ -232,9 +242,20 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
     // From here on, see "failures while the file is open" above.
     try {
       // H5Fcreate truncated the file: reserve again, now for good.
-      std::string failure = rank == 0 ? detail::reserve_space(tmp, need, free_before) : std::string();
+      int reserved = 0;
+      bool held = false;
+      std::string failure = rank == 0 ? detail::reserve_space(tmp, need, free_before, &held) : std::string();
       if (!failure.empty()) failure = where + failure;
       if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
+      reserved = held;
+      ST_MPI_CHECK(MPI_Bcast(&reserved, 1, MPI_INT, 0, world));
+      // Without a reservation (no fallocate on this file system) a metadata write may still
+      // fail on some ranks inside HDF5's barriers and hang there: then the whole write gets a
+      // deadline, at least stuck_seconds and ample for 50 MB/s.
+      std::optional<detail::Deadline> unreserved;
+      if (!reserved)
+        unreserved.emplace(std::max(opts.stuck_seconds, static_cast<double>(need) / 50e6),
+                           where + "the write did not complete (the space for it could not be reserved)", kExitIo);
 
       write_attr_string(file, "format", kFormatName);
       write_attr_int64(file, "version", kFormatVersion);
@@ -361,9 +382,9 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       }
     } catch (const Error& e) {
       if (e.agreed()) throw;  // every rank throws it; the file is closed and removed
-      fail_fast(tmp, e.what(), e.exit_code());
+      fail_fast(tmp, e.what(), e.exit_code(), need);
     } catch (const std::exception& e) {
-      fail_fast(tmp, e.what(), kExitInternal);
+      fail_fast(tmp, e.what(), kExitInternal, need);
     }
   }
   if (opts.atomic) {

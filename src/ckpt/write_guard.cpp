@@ -38,7 +38,8 @@ std::string space_note(int64_t needed, int64_t free_before) {
 }
 }  // namespace
 
-std::string reserve_space(const std::string& tmp, int64_t bytes, int64_t free_before) {
+std::string reserve_space(const std::string& tmp, int64_t bytes, int64_t free_before, bool* reserved) {
+  if (reserved) *reserved = false;
   const char* skip = std::getenv("SHARDTRAIN_TEST_NO_PREALLOCATE");
   if (skip && std::strcmp(skip, "1") == 0) return "";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
@@ -48,6 +49,7 @@ std::string reserve_space(const std::string& tmp, int64_t bytes, int64_t free_be
   int rc = ::fallocate(fd, 0, 0, static_cast<off_t>(bytes));
   int err = rc == 0 ? 0 : errno;
   ::close(fd);
+  if (reserved) *reserved = err == 0;
   if (err == 0) return "";
   if (err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) {
     // No fallocate here (some NFS and FUSE file systems): compare with statvfs instead; the

@@ -24,7 +24,8 @@ std::optional<Error> agree_failure(MPI_Comm comm, const std::string& local_failu
 // than inside a collective HDF5 call. Returns a message ("" = reserved, or the file system
 // cannot reserve and statvfs says the space is there). SHARDTRAIN_TEST_NO_PREALLOCATE=1 skips
 // it (tests of the write path a file system without fallocate takes).
-std::string reserve_space(const std::string& tmp, int64_t bytes, int64_t free_before);
+// *reserved tells whether the space is now held (false: skipped, or no fallocate here).
+std::string reserve_space(const std::string& tmp, int64_t bytes, int64_t free_before, bool* reserved = nullptr);
 
 // Why a write failed: errno when it names a storage failure, else the free space decides
 // between "No space left on device" and "Input/output error".
