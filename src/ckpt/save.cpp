@@ -230,14 +230,21 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
     ST_H5_CHECK(H5Pset_attr_phase_change(fcpl, 0, 0));
     H5Id file;
     std::vector<H5Id> datasets;
-    runtime::run_agreed(world, [&] {
+    {
+      std::string failure;
       hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
       if (f < 0) {
         if (rank == 0) ::unlink(tmp.c_str());  // rank0_prepare made it
-        throw IoError(where + "cannot create the file with MPI-IO: " + h5_reason());
+        failure = where + "cannot create the file with MPI-IO: " + h5_reason();
+      } else {
+        file = H5Id(f, H5Fclose);
       }
-      file = H5Id(f, H5Fclose);
-    });
+      if (auto e = detail::agree_failure(world, failure)) {
+        // Opened here but not everywhere: its close is collective over ranks that have no file.
+        if (file.valid()) fail_fast(tmp, e->what(), e->exit_code(), need);
+        throw *e;
+      }
+    }
 
     // From here on, see "failures while the file is open" above.
     try {
