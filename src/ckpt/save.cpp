@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -149,7 +150,8 @@ constexpr double kCleanupSeconds = 60;  // an agreed clean-up is a few ms; this 
 // hangs anyway.
 [[noreturn]] void abandon(const Error& failure, H5Id& file, std::vector<H5Id>& datasets, const std::string& tmp,
                           int rank, MPI_Comm world) {
-  detail::Deadline deadline(kCleanupSeconds, failure.what(), failure.exit_code());
+  detail::Deadline deadline(kCleanupSeconds, std::string(failure.what()) + "; the clean-up did not finish",
+                            failure.exit_code(), tmp);
   const int redirected = detail::redirect_to_memory(tmp);
   int everywhere = 0;
   (void)MPI_Allreduce(&redirected, &everywhere, 1, MPI_INT, MPI_MIN, world);  // also: all redirected before the unlink
@@ -212,6 +214,9 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       static_cast<int64_t>(info.deck_text.size() + info.model_spec_json.size()));
   const int64_t free_before = rank == 0 ? io::available_bytes(dir) : -1;  // for messages
   const std::string where = "checkpoint " + tmp + ": ";
+  // SHARDTRAIN_TEST_STUCK_SECONDS: test-only, so the tests can see a deadline fire in seconds.
+  const char* stuck_env = std::getenv("SHARDTRAIN_TEST_STUCK_SECONDS");
+  const double stuck_seconds = stuck_env ? std::atof(stuck_env) : opts.stuck_seconds;
 
   runtime::run_agreed(world, [&] {
     if (rank != 0) return;
@@ -261,8 +266,9 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       // deadline, at least stuck_seconds and ample for 50 MB/s.
       std::optional<detail::Deadline> unreserved;
       if (!reserved)
-        unreserved.emplace(std::max(opts.stuck_seconds, static_cast<double>(need) / 50e6),
-                           where + "the write did not complete (the space for it could not be reserved)", kExitIo);
+        unreserved.emplace(std::max(stuck_seconds, static_cast<double>(need) / 50e6),
+                           where + "write failed: the write did not complete (no space reservation on this file system)",
+                           kExitIo, tmp);
 
       write_attr_string(file, "format", kFormatName);
       write_attr_int64(file, "version", kFormatVersion);
@@ -367,7 +373,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       // some ranks: agreed before the close. A flush that hangs (a metadata write failing on
       // some ranks inside HDF5's barriers: possible only where the space could not be
       // reserved) ends the job after SaveOptions::stuck_seconds.
-      detail::Deadline flush_deadline(opts.stuck_seconds, where + "the flush did not complete", kExitIo);
+      detail::Deadline flush_deadline(stuck_seconds, where + "write failed: the flush did not complete", kExitIo, tmp);
       errno = 0;
       if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) {
         const int e = errno;

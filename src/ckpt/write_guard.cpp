@@ -101,12 +101,16 @@ int redirect_to_memory(const std::string& path) {
   return redirected;
 }
 
-Deadline::Deadline(double seconds, std::string message, int code) {
-  thread_ = std::thread([this, seconds, message = std::move(message), code] {
+Deadline::Deadline(double seconds, std::string message, int code, std::string tmp) {
+  thread_ = std::thread([this, seconds, message = std::move(message), code, tmp = std::move(tmp)] {
     std::unique_lock<std::mutex> lock(mu_);
     if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) return;
-    log::error(message + " (cleaning up after it did not finish within " + std::to_string(static_cast<int>(seconds)) +
-               " s: aborting the job)");
+    const int64_t avail = io::available_bytes(io::parent_dir(tmp));
+    std::string why = message + " within " + std::to_string(static_cast<int>(seconds)) + " s";
+    // The usual cause: a write refused for lack of space on some ranks inside HDF5's barriers.
+    if (avail >= 0 && avail < (1 << 20)) why += ": " + io::errno_text(ENOSPC) + " (" + std::to_string(avail) + " bytes available)";
+    ::unlink(tmp.c_str());
+    log::error(why + " (aborting the job)");
     runtime::Runtime::abort(code);
   });
 }

@@ -39,12 +39,14 @@ std::string write_failure_reason(int saved_errno, const std::string& dir, int64_
 // Returns how many descriptors were redirected (0: none found, or no memfd/proc here).
 int redirect_to_memory(const std::string& path);
 
-// A watchdog for collective clean-up after an agreed failure: if the guarded scope does not
-// end within `seconds`, it prints `message` and aborts the job with `code` (MPI_Abort), so a
-// close that hangs inside HDF5 / MPI-IO ends the job instead of leaving it running forever.
+// A watchdog for collective HDF5 calls that may hang: if the guarded scope does not end
+// within `seconds`, it removes `tmp` (best effort; a .tmp is never read), prints `message`
+// (with the free space of tmp's file system when it is exhausted) and aborts the job with
+// `code` (MPI_Abort), so a flush or close that hangs inside HDF5 / MPI-IO ends the job
+// instead of leaving it running forever.
 class Deadline {
  public:
-  Deadline(double seconds, std::string message, int code);
+  Deadline(double seconds, std::string message, int code, std::string tmp);
   ~Deadline();
   Deadline(const Deadline&) = delete;
   Deadline& operator=(const Deadline&) = delete;
