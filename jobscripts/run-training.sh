@@ -30,7 +30,7 @@
 #   SHARDTRAIN_REQUEUE        requeue (default: `scontrol requeue`, resubmission if that fails)
 #                             | resubmit (`sbatch --dependency=afterany:<this job>`) | none
 #   SHARDTRAIN_MAX_RESTARTS   give up (exit 42, job FAILED) after this many restarts (default 10)
-# Exit code: the program's (0, 42 when not requeued, 1, 2, 3, 128+signal), 0 after a requeue
+# Exit code: the program's (0, 42 when not requeued, 1, 2, 3, 4, 5, 128+signal), 0 after a requeue
 # or a resubmission; 2 when this script's own input is wrong.
 set -uo pipefail
 
@@ -150,6 +150,8 @@ case $rc in
   1) say "FAILED: internal error (exit 1) after ${took} s; see the messages above"; exit 1 ;;
   2) say "FAILED: bad input (exit 2): the deck, an override, the data or a checkpoint file; see above"; exit 2 ;;
   3) say "FAILED: a collective timed out (exit 3); the watchdog's report above names the ranks; resubmit to resume"; exit 3 ;;
+  4) say "FAILED: the run diverged (exit 4): a non-finite loss or gradient norm; the last good checkpoint is kept; change the deck (learning rate, warm-up, clipping) and resubmit"; exit 4 ;;
+  5) say "FAILED: a write failed (exit 5: disk full, quota or I/O error); the last good checkpoint is kept; free space and resubmit"; exit 5 ;;
   *)
     if [ $rc -gt 128 ]; then
       say "FAILED: exit $rc ($launcher or a rank ended by signal $((rc - 128))) after ${took} s; resubmit to resume from the last checkpoint"

@@ -40,6 +40,9 @@ std::vector<std::string> list_links(hid_t file, const std::string& group);
 
 std::string shape_str(const std::vector<int64_t>& s);
 
+// Float32 values among n (as stored, little-endian) that are NaN or +-Inf.
+uint64_t count_nonfinite_f32(const void* data, int64_t n);
+
 }  // namespace shardtrain::ckpt
 
 namespace shardtrain::ckpt {

@@ -31,7 +31,31 @@ std::vector<T> read_small(hid_t file, const std::string& path, const std::string
   return v;
 }
 
+// /train: cursor, generator states and the loop attributes (checksums checked).
+TrainState read_train_group(hid_t file, const std::string& path, hid_t dxpl) {
+  TrainState state;
+  const std::string tg = kTrainGroup;
+  state.data_cursor = read_small<int64_t>(file, path, tg + "/data_cursor", Elem::I64, dxpl);
+  state.rng_state = read_small<uint8_t>(file, path, tg + "/rng_state", Elem::U8, dxpl);
+  H5Id g(ST_H5_CHECK(H5Gopen2(file, kTrainGroup, H5P_DEFAULT)), H5Gclose);
+  const std::string what = path + ": group /train";
+  state.step = read_attr_int64(g, "step", what);
+  state.tokens_seen = read_attr_int64(g, "tokens_seen", what);
+  state.lr_step = read_attr_int64(g, "lr_step", what);
+  state.extra_json = read_attr_string(g, "extra", what);
+  return state;
+}
+
 }  // namespace
+
+TrainState read_train_state(const std::string& path) {
+  TrainState st;
+  file_errors_are_user_errors(path, [&] {
+    H5Id file = open_checkpoint(path, MPI_COMM_NULL);
+    st = read_train_group(file, path, H5P_DEFAULT);
+  });
+  return st;
+}
 
 IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
                         TrainState& state, MPI_Comm world, const LoadOptions& lo) {
@@ -101,15 +125,7 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
         local[2 * j + 1] = dg.weighted;
       }
     }
-    std::string tg = kTrainGroup;
-    state.data_cursor = read_small<int64_t>(file, path, tg + "/data_cursor", Elem::I64, dxpl);
-    state.rng_state = read_small<uint8_t>(file, path, tg + "/rng_state", Elem::U8, dxpl);
-    H5Id g(ST_H5_CHECK(H5Gopen2(file, kTrainGroup, H5P_DEFAULT)), H5Gclose);
-    const std::string what = path + ": group /train";
-    state.step = read_attr_int64(g, "step", what);
-    state.tokens_seen = read_attr_int64(g, "tokens_seen", what);
-    state.lr_step = read_attr_int64(g, "lr_step", what);
-    state.extra_json = read_attr_string(g, "extra", what);
+    state = read_train_group(file, path, dxpl);
   }); });
   ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
   runtime::run_agreed(world, [&] {
@@ -153,6 +169,8 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
   m.library_versions = read_attr_string(file, "library_versions", what);
   m.model_spec_json = read_attr_string(file, "model_spec", what);
   m.deck_text = read_attr_string(file, "deck", what);
+  if (has_attr(file, "run_id")) m.run_id = read_attr_string(file, "run_id", what);
+  if (has_attr(file, "save_seq")) m.save_seq = read_attr_int64(file, "save_seq", what);
   if (link_exists(file, kOptimGroup)) {
     H5Id og(ST_H5_CHECK(H5Gopen2(file, kOptimGroup, H5P_DEFAULT)), H5Gclose);
     m.optimizer = read_attr_string(og, "name", what + ": group /optim");

@@ -1,18 +1,21 @@
-// CheckpointManager: commit protocol (rename, latest, rotation) and the resume decision.
+// CheckpointManager: commit protocol (verify, rename, latest, rotation by ownership) and the
+// resume decision (newest file of this run that verifies, bad ones set aside).
 #include "shardtrain/ckpt/manager.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 
 #include "shardtrain/ckpt/async_writer.h"
+#include "shardtrain/ckpt/run_dir.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
@@ -28,19 +31,45 @@ int comm_rank(MPI_Comm c) {
   return r;
 }
 
-// Complete checkpoints (step_N.h5, not .tmp) in the directory, newest step first.
-std::vector<std::pair<int64_t, std::string>> step_files(const std::string& dir, const char* suffix) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  const std::regex re(std::string("^step_([0-9]{1,18})") + suffix + "$");
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    std::string name = e.path().filename().string();
-    if (e.is_regular_file(ec) && std::regex_match(name, m, re)) out.emplace_back(std::stoll(m[1]), e.path().string());
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) throw IoError("cannot open directory " + dir + " to fsync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0 && errno != EINVAL) throw IoError("fsync of directory " + dir + " failed: " + std::strerror(errno));
+}
+
+// Rank 0's list of names, the same on every rank.
+std::vector<std::string> broadcast_lines(const std::vector<std::string>& lines, MPI_Comm world) {
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  int64_t n = static_cast<int64_t>(text.size());
+  ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
+  text.resize(static_cast<size_t>(n));
+  ST_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, world));
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t nl = text.find('\n', pos);
+    out.push_back(text.substr(pos, nl - pos));
+    pos = nl + 1;
   }
-  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.first > b.first; });
   return out;
+}
+
+// Every master and optimizer-state value of every rank is finite (collective).
+bool snapshot_finite(const Snapshot& s, MPI_Comm world) {
+  int bad = 0;
+  for (const FlatView& v : s.flats) {
+    auto check = [&](const float* p) {
+      for (int64_t i = 0; i < v.shard_numel && !bad; ++i) bad = !std::isfinite(p[i]);
+    };
+    if (v.master) check(v.master);
+    for (const float* st : v.states) check(st);
+    if (bad) break;
+  }
+  int any = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, world));
+  return any == 0;
 }
 
 }  // namespace
@@ -51,8 +80,9 @@ std::string CheckpointManager::file_name(int64_t step) {
   return buf;
 }
 
-CheckpointManager::CheckpointManager(std::string dir, int keep_last, MPI_Comm world, bool async, SaveOptions opts)
-    : dir_(std::move(dir)), keep_last_(keep_last), world_(world), opts_(opts) {
+CheckpointManager::CheckpointManager(std::string dir, int keep_last, MPI_Comm world, bool async, SaveOptions opts,
+                                     std::string run_id)
+    : dir_(std::move(dir)), keep_last_(keep_last), world_(world), opts_(opts), run_id_(std::move(run_id)) {
   runtime::run_agreed(world_, [&] {
     ST_USER_CHECK(keep_last_ >= 1, "checkpoint.keep_last must be at least 1, got ", keep_last_);
     ST_USER_CHECK(!dir_.empty(), "checkpoint directory is empty");
@@ -61,83 +91,171 @@ CheckpointManager::CheckpointManager(std::string dir, int keep_last, MPI_Comm wo
     fs::create_directories(dir_, ec);
     ST_USER_CHECK(fs::is_directory(dir_), "cannot create checkpoint directory ", dir_,
                   ec ? ": " + ec.message() : std::string());
+    // Continue this run's save sequence where its files in the directory left it.
+    if (!run_id_.empty())
+      for (const StepFile& f : list_step_files(dir_))
+        if (f.run_id == run_id_) save_seq_ = std::max(save_seq_, f.save_seq);
   });
+  ST_MPI_CHECK(MPI_Bcast(&save_seq_, 1, MPI_INT64_T, 0, world_));
   if (async) async_ = std::make_unique<AsyncWriter>(world_);
 }
 
 CheckpointManager::~CheckpointManager() = default;  // AsyncWriter's destructor joins
 
 void CheckpointManager::wait() {
-  if (async_) async_->wait();
+  if (!async_) return;
+  try {
+    async_->wait();
+  } catch (const Error&) {
+    // Agreed on every rank: the background save failed; nothing of it may stay behind.
+    if (comm_rank(world_) == 0 && !pending_tmp_.empty()) ::unlink(pending_tmp_.c_str());
+    pending_tmp_.clear();
+    throw;
+  }
+  pending_tmp_.clear();
 }
 
 std::string CheckpointManager::save(int64_t step, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
-                                    const TrainState& state, const CheckpointInfo& info) {
+                                    const TrainState& state, const CheckpointInfo& info_in) {
   Timer stall;
   wait();
-  const std::string path = (fs::path(dir_) / file_name(step)).string();
+  const std::string path = (fs::path(dir_) / file_name(step)).string(), tmp = path + ".tmp";
+  const bool rank0 = comm_rank(world_) == 0;
+  CheckpointInfo info = info_in;
+  info.run_id = run_id_;
+  info.save_seq = run_id_.empty() ? 0 : save_seq_ + 1;
+  // The rename, not save_snapshot, makes the file visible: after it has been verified.
+  SaveOptions opts = opts_;
+  opts.atomic = false;
+
+  std::vector<std::vector<float>> direct_pool;
+  Snapshot snap = async_ ? staged_snapshot(engine, opt, staging_)
+                  : snapshot_in_host_memory(engine, opt) ? view_snapshot(engine, opt)
+                                                         : staged_snapshot(engine, opt, direct_pool);
+  if (!snapshot_finite(snap, world_)) {
+    if (rank0)
+      log::warn(log::fmt("checkpoint: step ", step, " not written: the weights or the optimizer state hold NaN/Inf "
+                         "(a diverged run); the newest checkpoint stays the newest"));
+    last_stall_s_ = stall.seconds();
+    return "";
+  }
+  save_seq_ = info.save_seq;
   if (async_) {
-    const bool rank0 = comm_rank(world_) == 0;
-    async_->start(path, staged_snapshot(engine, opt, staging_), state, info, opts_, [this, path, rank0] {
-      if (rank0) commit(path);
-    });
+    pending_tmp_ = tmp;
+    async_->start(tmp, std::move(snap), state, info, opts, [this, tmp, path] { finish(tmp, path, async_->comm()); });
   } else {
-    save_checkpoint(path, engine, opt, state, info, world_, opts_);
-    runtime::run_agreed(world_, [&] {
-      if (comm_rank(world_) == 0) commit(path);
-    });
+    try {
+      save_snapshot(tmp, snap, state, info, world_, opts);
+      finish(tmp, path, world_);
+    } catch (const Error& e) {
+      if (!e.agreed()) throw;  // some ranks only: the job aborts, the .tmp is never read
+      if (rank0) ::unlink(tmp.c_str());
+      throw;
+    }
   }
   last_stall_s_ = stall.seconds();
   return path;
 }
 
-void CheckpointManager::commit(const std::string& final_path) {
-  // latest: replaced atomically (latest.tmp, fsync, rename, fsync dir), only after the
-  // checkpoint itself is in place. A failed write (disk full) is an IoError naming latest and
-  // the reason; the old `latest` stays as it was.
-  io::write_file_atomic((fs::path(dir_) / "latest").string(), fs::path(final_path).filename().string() + "\n");
-  // Rotation: keep the newest keep_last complete files; drop stale partial writes.
-  auto files = step_files(dir_, "\\.h5");
-  std::error_code ec;
-  for (size_t i = static_cast<size_t>(keep_last_); i < files.size(); ++i) {
-    fs::remove(files[i].second, ec);
-    log::info(log::fmt("checkpoint: removed ", files[i].second, " (keep_last ", keep_last_, ")"));
+void CheckpointManager::finish(const std::string& tmp, const std::string& final_path, MPI_Comm comm) {
+  try {
+    verify_checkpoint(tmp, comm);
+  } catch (const UserError& e) {
+    IoError err("checkpoint " + final_path + " not committed: the file just written does not verify (" + e.what() +
+                "); it was removed and `latest` still names the previous checkpoint");
+    err.set_agreed();
+    throw err;
   }
-  for (auto& [step, p] : step_files(dir_, "\\.h5\\.tmp"))
-    if (p != final_path + ".tmp") fs::remove(p, ec);
+  runtime::run_agreed(comm, [&] {
+    if (comm_rank(comm) == 0) commit(final_path);
+  });
 }
 
-std::optional<std::string> CheckpointManager::find_resume(const std::string& resume) {
+void CheckpointManager::point_latest(const std::string& final_path) {
+  // latest: replaced atomically, only after the checkpoint itself is in place.
+  const std::string latest = (fs::path(dir_) / "latest").string(), tmp = latest + ".tmp";
+  {
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) throw IoError("cannot write " + tmp + ": " + std::strerror(errno));
+    const std::string text = fs::path(final_path).filename().string() + "\n";
+    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+    const int err = errno;
+    ::close(fd);
+    if (!ok) {
+      ::unlink(tmp.c_str());
+      throw IoError("cannot write " + tmp + ": " + std::strerror(err));
+    }
+  }
+  if (std::rename(tmp.c_str(), latest.c_str()) != 0)
+    throw IoError("cannot rename " + tmp + " to " + latest + ": " + std::strerror(errno));
+  fsync_dir(dir_);
+}
+
+void CheckpointManager::commit(const std::string& final_path) {
+  const std::string tmp = final_path + ".tmp";
+  if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
+    throw IoError("cannot rename " + tmp + " to " + final_path + ": " + std::strerror(errno));
+  fsync_dir(dir_);
+  point_latest(final_path);
+  // Rotation: this run's files only, newest save first; the file just written is the newest.
+  std::vector<StepFile> own;
+  for (StepFile& f : list_step_files(dir_))
+    if (f.readable && f.run_id == run_id_ && f.path != final_path) own.push_back(std::move(f));
+  std::error_code ec;
+  for (size_t i = static_cast<size_t>(keep_last_ - 1); i < own.size(); ++i) {
+    fs::remove(own[i].path, ec);
+    log::info(log::fmt("checkpoint: removed ", own[i].path, " (keep_last ", keep_last_, ")"));
+  }
+  // Partial writes of earlier attempts: never complete, never read.
+  static const std::regex partial("^step_[0-9]{1,18}\\.h5\\.tmp$");
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, partial) && e.path().string() != tmp) fs::remove(e.path(), ec);
+  }
+}
+
+std::optional<std::string> CheckpointManager::find_resume(const std::string& resume, const Accept& accept) {
   wait();
-  return ckpt::find_resume(dir_, resume, world_);
-}
-
-std::optional<std::string> find_resume(const std::string& dir, const std::string& resume, MPI_Comm world) {
   if (resume == "never") return std::nullopt;
-  const bool rank0 = comm_rank(world) == 0;
+  const bool rank0 = comm_rank(world_) == 0;
   if (resume != "auto") {
-    verify_checkpoint(resume, world);  // UserError on every rank if missing or bad
+    verify_checkpoint(resume, world_);  // UserError on every rank if missing or bad
+    if (accept) accept(resume);
     return resume;
   }
-  // Rank 0 lists the directory; everyone then verifies the same candidates in order.
-  std::string listing;
-  if (rank0)
-    for (auto& [step, p] : step_files(dir, "\\.h5")) listing += p + "\n";
-  int64_t n = static_cast<int64_t>(listing.size());
-  ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
-  listing.resize(static_cast<size_t>(n));
-  ST_MPI_CHECK(MPI_Bcast(listing.data(), static_cast<int>(n), MPI_CHAR, 0, world));
-  size_t pos = 0;
-  while (pos < listing.size()) {
-    size_t nl = listing.find('\n', pos);
-    std::string candidate = listing.substr(pos, nl - pos);
-    pos = nl + 1;
+  // Rank 0 lists this run's files (and those without an owner); all verify them in order.
+  // Files that cannot even be opened come first: they can never be resumed, and verifying
+  // them is how they get set aside with the reason.
+  std::vector<std::string> names;
+  if (rank0) {
+    const std::vector<StepFile> files = list_step_files(dir_);
+    for (const StepFile& f : files)
+      if (!f.readable) names.push_back(f.path);
+    for (const StepFile& f : files)
+      if (f.readable && (f.run_id == run_id_ || f.run_id.empty())) names.push_back(f.path);
+  }
+  for (const std::string& candidate : broadcast_lines(names, world_)) {
     try {
-      verify_checkpoint(candidate, world);
-      if (rank0) log::info("checkpoint: resuming from " + candidate);
+      verify_checkpoint(candidate, world_);
+      if (accept) accept(candidate);
+      runtime::run_agreed(world_, [&] {
+        if (!rank0) return;
+        log::info("checkpoint: resuming from " + candidate);
+        point_latest(candidate);
+      });
       return candidate;
     } catch (const UserError& e) {
-      if (rank0) log::warn(std::string("checkpoint: skipping ") + candidate + ": " + e.what());
+      // Renamed, not deleted: a file that looks bad here may be readable elsewhere, and it is
+      // the user's to judge. Out of the step_N.h5 namespace, nothing will pick it again.
+      runtime::run_agreed(world_, [&] {
+        if (!rank0) return;
+        std::string aside = candidate + ".bad";
+        std::error_code ec;
+        for (int i = 2; fs::exists(aside, ec); ++i) aside = candidate + ".bad." + std::to_string(i);
+        if (std::rename(candidate.c_str(), aside.c_str()) != 0)
+          throw IoError("cannot rename " + candidate + " to " + aside + ": " + std::strerror(errno));
+        log::warn(std::string("checkpoint: skipping ") + candidate + ": " + e.what() + " (renamed to " + aside + ")");
+      });
     }
   }
   return std::nullopt;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 #include <utility>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -211,16 +212,28 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
           if (fds[fi].fd < 0) throw UserError("safetensors " + file + ": cannot open");
         }
         const int fd = fds[fi].fd;
+        float* dst = master + (a - sb);
         if (e.dtype == "F32") {
-          pread_all(fd, master + (a - sb), (b - a) * 4, e.begin + (a - s.offset) * 4, file);
-          continue;
+          pread_all(fd, dst, (b - a) * 4, e.begin + (a - s.offset) * 4, file);
+        } else {
+          // Other float dtypes: read this rank's slice as stored, widen into the master shard.
+          const at::ScalarType st = float_dtypes().at(e.dtype);
+          const int64_t eb = dtype_bytes(e.dtype);
+          at::Tensor raw = at::empty({b - a}, at::TensorOptions().dtype(st));
+          pread_all(fd, raw.data_ptr(), (b - a) * eb, e.begin + (a - s.offset) * eb, file);
+          at::from_blob(dst, {b - a}, at::TensorOptions().dtype(at::kFloat)).copy_(raw);
         }
-        // Other float dtypes: read this rank's slice as stored, widen into the master shard.
-        const at::ScalarType st = float_dtypes().at(e.dtype);
-        const int64_t eb = dtype_bytes(e.dtype);
-        at::Tensor raw = at::empty({b - a}, at::TensorOptions().dtype(st));
-        pread_all(fd, raw.data_ptr(), (b - a) * eb, e.begin + (a - s.offset) * eb, file);
-        at::from_blob(master + (a - sb), {b - a}, at::TensorOptions().dtype(at::kFloat)).copy_(raw);
+        // Weights that are NaN/Inf would train nothing: refuse them where they are found.
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < b - a; ++i)
+          if (!std::isfinite(dst[i])) {
+            if (first < 0) first = a - s.offset + i;
+            ++bad;
+          }
+        if (bad)
+          throw UserError("safetensors " + file + ": tensor '" + s.name + "' holds non-finite values (NaN or Inf; " +
+                          std::to_string(bad) + " in this rank's part, the first at flat index " +
+                          std::to_string(first) + ")");
       }
       if (!on_host) fp->master.copy_(host);
     }

@@ -62,6 +62,8 @@ nlohmann::json rank0_metadata(const TrainState& st, const CheckpointInfo& info, 
     j["strategy"] = info.strategy;
     j["shard_group_size"] = info.shard_group_size;
     j["replicate_size"] = info.replicate_size;
+    j["run_id"] = info.run_id;
+    j["save_seq"] = info.save_seq;
     text = j.dump();
   }
   int64_t n = static_cast<int64_t>(text.size());
@@ -282,6 +284,10 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       write_attr_string(file, "library_versions", meta["versions"].get<std::string>());
       write_attr_string(file, "model_spec", meta["model_spec_json"].get<std::string>());
       write_attr_string(file, "deck", meta["deck_text"].get<std::string>());
+      if (!meta["run_id"].get<std::string>().empty()) {
+        write_attr_string(file, "run_id", meta["run_id"].get<std::string>());
+        write_attr_int64(file, "save_seq", meta["save_seq"].get<int64_t>());
+      }
 
       H5Id lcpl(ST_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
       ST_H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));

@@ -1,5 +1,6 @@
 // open_checkpoint, check_dataset and verify_checkpoint (every digest, ranks split the reading).
 #include <algorithm>
+#include <cstring>
 
 #include "file_checks.h"
 #include "plan.h"
@@ -15,6 +16,17 @@ hid_t elem_mem_type(Elem e) {
   return e == Elem::F32 ? H5T_NATIVE_FLOAT : e == Elem::I64 ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT8;
 }
 const char* elem_name(Elem e) { return e == Elem::F32 ? "float32" : e == Elem::I64 ? "int64" : "uint8"; }
+
+uint64_t count_nonfinite_f32(const void* data, int64_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t bad = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t w;
+    std::memcpy(&w, p + 4 * j, 4);
+    bad += (w & 0x7f800000u) == 0x7f800000u;  // exponent all ones: Inf or NaN
+  }
+  return bad;
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -158,7 +170,8 @@ void verify_checkpoint(const std::string& path, MPI_Comm world) {
 
   // Rank r digests elements [r*n/D, (r+1)*n/D) of each dataset, in rounds of at most 8M.
   constexpr int64_t kRound = int64_t{8} << 20;
-  std::vector<uint64_t> local(2 * paths.size(), 0), total(local.size(), 0);
+  // Per dataset: digest sum, digest weighted sum, non-finite float32 values.
+  std::vector<uint64_t> local(3 * paths.size(), 0), total(local.size(), 0);
   std::vector<unsigned char> buf;
   runtime::run_agreed(world, [&] { file_errors_are_user_errors(path, [&] {
     H5Id dxpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
@@ -177,16 +190,22 @@ void verify_checkpoint(const std::string& path, MPI_Comm world) {
         H5Id ms(piece_mem_space(p), H5Sclose);
         ST_H5_CHECK(H5Dread(d, elem_mem_type(c.elem), ms, fs, dxpl, buf.data()));
         dg.add(buf.data(), p.numel(), elem_bytes(c.elem), p.lo);
+        if (c.elem == Elem::F32) local[3 * i + 2] += count_nonfinite_f32(buf.data(), p.numel());
       }
-      local[2 * i] = dg.sum;
-      local[2 * i + 1] = dg.weighted;
+      local[3 * i] = dg.sum;
+      local[3 * i + 1] = dg.weighted;
     }
   }); });
   ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
   runtime::run_agreed(world, [&] {
     for (size_t i = 0; i < paths.size(); ++i)
-      if (total[2 * i] != checks[i].stored.sum || total[2 * i + 1] != checks[i].stored.weighted)
+      if (total[3 * i] != checks[i].stored.sum || total[3 * i + 1] != checks[i].stored.weighted)
         throw UserError(path + ": dataset /" + paths[i] + ": checksum mismatch (the data is corrupt)");
+    // Intact but useless: weights or optimizer state of a run that had diverged.
+    for (size_t i = 0; i < paths.size(); ++i)
+      if (total[3 * i + 2] != 0)
+        throw UserError(path + ": dataset /" + paths[i] + " holds " + std::to_string(total[3 * i + 2]) +
+                        " non-finite values (NaN or Inf): the state of a diverged run");
   });
 }
 

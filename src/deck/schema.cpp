@@ -144,6 +144,14 @@ std::vector<KeySpec> build_schema() {
         .at_least(0).unit("micro-batches"),
     Int("train.val_every", 100, "validate every this many steps; 0 = never").at_least(0).unit("steps"),
     Int("train.val_batches", 10, "global batches of the validation split per evaluation (in order)").at_least(1).unit("batches"),
+    Str("train.on_nonfinite", "stop",
+        "a step whose loss or gradient norm is NaN/Inf: stop (exit 4, no checkpoint of that state, the last good "
+        "one kept), skip_step (no optimizer update for that batch; the step still counts), or continue (train on; "
+        "non-finite states are never checkpointed and the run ends with exit 4)")
+        .one_of({"stop", "skip_step", "continue"}),
+    Int("train.max_skipped_steps", 10,
+        "with on_nonfinite = skip_step: stop (exit 4) when this many steps in a row were non-finite")
+        .at_least(1).unit("steps"),
 
     // [data]
     Str("data.dataset", "",
@@ -167,10 +175,17 @@ std::vector<KeySpec> build_schema() {
     Int("checkpoint.every_steps", 0, "write a checkpoint every this many steps; 0 = off").at_least(0).unit("steps"),
     Float("checkpoint.every_minutes", 0.0, "write a checkpoint every this many minutes; 0 = off")
         .at_least(0).unit("min"),
-    Int("checkpoint.keep_last", 3, "complete checkpoints kept; older ones are deleted").at_least(1),
+    Int("checkpoint.keep_last", 3,
+        "checkpoints of this run kept (the newest that verified); older ones of this run are deleted, other runs' never")
+        .at_least(1),
     Str("checkpoint.resume", "auto", "auto = latest in checkpoint.dir if any, never, or a checkpoint path")
         .non_empty(),
     Bool("checkpoint.async", false, "write checkpoints in the background while training continues"),
+    Str("checkpoint.previous_run", "error",
+        "a run that starts fresh (resume = never, or a checkpoint of another run) where checkpoint.dir holds "
+        "another run's checkpoints: error (exit 2; nothing touched), or move_aside (that run's checkpoints and "
+        "metrics move into previous-runs/<its run id>/ first)")
+        .one_of({"error", "move_aside"}),
     Str("checkpoint.init_from", "",
         "safetensors file, Hugging Face index .json or model directory whose weights start a fresh run "
         "(fine-tuning; F32/BF16/F16); each rank reads only its shards; "

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "data_source.h"
+#include "divergence.h"
 #include "fault_hook.h"
 #include "resume_state.h"
 #include "save_schedule.h"
@@ -29,6 +30,7 @@
 #include "shardtrain/train/job.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/peak_flops.h"
+#include "shardtrain/train/run_dirs.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
@@ -40,24 +42,6 @@
 
 namespace shardtrain::train {
 namespace {
-
-void make_dirs(const std::string& path) {
-  std::string cur;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      if (!cur.empty()) {
-        struct stat st {};
-        if (stat(cur.c_str(), &st) != 0) {
-          ST_USER_CHECK(mkdir(cur.c_str(), 0755) == 0 || errno == EEXIST, "cannot create directory '", cur, "': ",
-                        io::errno_text(errno));
-        } else {
-          ST_USER_CHECK(S_ISDIR(st.st_mode), "'", cur, "' exists and is not a directory");
-        }
-      }
-    }
-    if (i < path.size()) cur += path[i];
-  }
-}
 
 double allreduce(double v, MPI_Op op, MPI_Comm c) {
   double out = 0;
@@ -142,9 +126,20 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     log::info("# shardtrain train: resolved deck (" + d.source() + ")");
     log::info(d.resolved_toml());
   }
+  // Before anything is written: this job's directories are locked and it knows which run it is.
+  RunDirsRequest dirs_req;
+  dirs_req.out_dir = out_dir;
+  dirs_req.checkpoint_dir = d.checkpoint_dir();
+  dirs_req.resume = d.get_string("checkpoint.resume");
+  dirs_req.previous_run = d.get_string("checkpoint.previous_run");
+  dirs_req.metrics_file = d.get_string("log.metrics_file");
+  const RunDirs run_dirs = claim_run_dirs(dirs_req, world);
+  if (rt.rank() == 0 && !run_dirs.notes.empty()) {
+    std::fputs(run_dirs.notes.c_str(), stdout);
+    std::fflush(stdout);
+  }
   runtime::run_agreed(world, [&] {
     if (rt.rank() == 0) {
-      make_dirs(out_dir);
       ckpt::check_writable_dir(out_dir, "run.out_dir");  // exit 2 before any training
       io::write_file_atomic(out_dir + "/deck.resolved.toml", d.resolved_toml());  // IoError: file and reason
     }
@@ -207,7 +202,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   const int64_t every_steps = d.get_int("checkpoint.every_steps");
   const bool async_ckpt = d.get_bool("checkpoint.async");
   ckpt::CheckpointManager ckpts(d.checkpoint_dir(), static_cast<int>(d.get_int("checkpoint.keep_last")), world,
-                                async_ckpt);
+                                async_ckpt, {}, run_dirs.run_id);
   ckpt::CheckpointInfo info;
   info.deck_text = d.resolved_toml();
   info.model_spec_json = model_spec_json(spec);
@@ -219,16 +214,31 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
 
   LoopPosition pos;
   int64_t resumed_step = -1;
-  const std::optional<std::string> resume_from = ckpts.find_resume(d.get_string("checkpoint.resume"));
+  std::string notes;
+  // A candidate whose loop state cannot be restored (data cursor, generator states) is
+  // skipped before any weight is loaded, like one that does not verify.
+  auto restorable = [&](const std::string& path) {
+    runtime::run_agreed(world, [&] {
+      notes.clear();
+      try {
+        pos = apply_train_state(ckpt::read_train_state(path), path, plan.global_batch, seed, rt.rank(), rt.size(),
+                                notes, device);
+        data->check_cursor(pos.cursor);
+      } catch (const UserError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw UserError(path + ": the training state (/train) cannot be restored: " + e.what());
+      }
+    });
+  };
+  const std::optional<std::string> resume_from = ckpts.find_resume(run_dirs.resume, restorable);
+  if (!resume_from) pos = LoopPosition{};  // a rejected candidate may have filled it
   if (resume_from) {
     Timer load_timer;
     ckpt::TrainState st;
     const ckpt::IoStats io = ckpt::load_checkpoint(*resume_from, engine, optimizer, st, world);
-    std::string notes;
     ckpt::CheckpointMeta meta;
     runtime::run_agreed(world, [&] {
-      pos = apply_train_state(st, *resume_from, plan.global_batch, seed, rt.rank(), rt.size(), notes, device);
-      data->check_cursor(pos.cursor);
       if (rt.rank() == 0) meta = ckpt::read_checkpoint_meta(*resume_from);
     });
     resumed_step = pos.step;
@@ -247,8 +257,9 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   } else {
     seed_default_generator(seed, rt.rank(), device);
     if (rt.rank() == 0) {
-      std::printf("# starting fresh (checkpoint.resume = \"%s\"); checkpoints in %s\n",
-                  d.get_string("checkpoint.resume").c_str(), ckpts.dir().c_str());
+      std::printf("# starting fresh (checkpoint.resume = \"%s\"); run %s%s; checkpoints in %s\n",
+                  d.get_string("checkpoint.resume").c_str(), run_dirs.run_id.c_str(),
+                  run_dirs.new_run ? " (new)" : " (no usable checkpoint of it yet)", ckpts.dir().c_str());
       std::fflush(stdout);
     }
     const std::string init_from = d.get_string("checkpoint.init_from");
@@ -282,8 +293,9 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     Timer save_timer;
     const ckpt::TrainState st = make_train_state(pos, plan.global_batch, seed, world, device);
     const std::string path = ckpts.save(at_step, engine, optimizer, st, info);
-    last_saved = at_step;
     schedule_saves.saved();
+    if (path.empty()) return;  // refused (non-finite state; the manager said so)
+    last_saved = at_step;
     if (rt.rank() == 0) {
       std::printf("checkpoint: step %lld -> %s (%s; %s %.2f s)\n", static_cast<long long>(at_step), path.c_str(),
                   why.c_str(), async_ckpt ? "blocked" : "wrote in", save_timer.seconds());
@@ -300,6 +312,9 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   double window_s = 0, window_comm = 0;
   int64_t window_steps = 0;
   int exit_code = kExitOk;
+  const NonFinitePolicy on_nonfinite = nonfinite_policy_from_deck(d);
+  int64_t nonfinite_in_a_row = 0;
+  bool diverged = false;
 
   while (step < max_steps && (max_tokens <= 0 || tokens_seen < max_tokens)) {
     Timer step_timer;
@@ -319,7 +334,10 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     const double local_loss = loss_sum.item<double>();
     fault_pause("mid_step", step + 1, rt.rank());
     const double grad_norm = engine.clip_grad_norm(d.get_float("optimizer.grad_clip"));
-    optimizer.step(lr);
+    // Decided by every rank together, before the update could carry NaN into the weights.
+    const bool finite = step_is_finite(local_loss, grad_norm, world);
+    nonfinite_in_a_row = finite ? 0 : nonfinite_in_a_row + 1;
+    if (finite || on_nonfinite.action == NonFinitePolicy::Continue) optimizer.step(lr);
     cursor = data->next(cursor);
     ++step;
     if (lm) tokens_seen += items_per_step;
@@ -328,7 +346,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     window_comm += engine.memory().exposed_comm_seconds - comm_before;
     ++window_steps;
 
-    const bool log_now = step % log_every == 0 || step == max_steps || step == 1;
+    const bool log_now = step % log_every == 0 || step == max_steps || step == 1 || !finite;
     if (log_now) {
       last_loss = allreduce(local_loss, MPI_SUM, world) / rt.size();
       const double step_s = allreduce(window_s / window_steps, MPI_MAX, world);
@@ -356,6 +374,19 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
       window_s = window_comm = 0;
       window_steps = 0;
     }
+    if (!finite) {
+      const bool give_up = on_nonfinite.action == NonFinitePolicy::Stop ||
+                           (on_nonfinite.action == NonFinitePolicy::SkipStep &&
+                            nonfinite_in_a_row >= on_nonfinite.max_skipped_steps);
+      if (rt.rank() == 0)
+        log::warn(describe_nonfinite(step, last_loss, grad_norm, on_nonfinite, nonfinite_in_a_row, give_up,
+                                     last_saved));
+      if (give_up) {
+        diverged = true;
+        exit_code = kExitDiverged;
+        break;  // no validation, no checkpoint of this state: the last good one stays the newest
+      }
+    }
     if (val_every > 0 && (step % val_every == 0 || step == max_steps) && data->val_batches() > 0) {
       EvalResult e = evaluate(*net, *data, d.get_int("train.val_batches"), static_cast<int>(plan.grad_accum), device, world);
       last_val = e.loss;
@@ -376,7 +407,15 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   }
   // Every way out of the loop above has saved its step; this keeps a future exit path from
   // ending a run without its final checkpoint.
-  if (step > 0 && last_saved != step) save(step, "final");
+  if (!diverged && step > 0 && last_saved != step) {
+    save(step, "final");
+    if (last_saved != step) {  // refused: the state is non-finite (on_nonfinite = continue)
+      if (rt.rank() == 0)
+        log::error(log::fmt("training ended with NaN/Inf in the weights or optimizer state (train.on_nonfinite = "
+                            "\"continue\"): no final checkpoint; exit ", int(kExitDiverged)));
+      exit_code = kExitDiverged;
+    }
+  }
   ckpts.wait();  // a background save must be committed before the exit code promises it
   metrics.write_summary(out_dir + "/summary.json", 2, last_loss, last_val, last_acc, lm);
   return exit_code;

@@ -29,6 +29,11 @@ struct CheckpointInfo {
   std::string model_spec_json;  // the model spec as JSON
   std::string strategy;         // e.g. "hybrid_shard"
   int shard_group_size = 1, replicate_size = 1;
+  // Ownership (docs/checkpoints.md "Runs and ownership"): the run that wrote the file and the
+  // file's place in that run's sequence of saves (1, 2, ...), which orders "newest" for
+  // rotation even when a run went back to an older step. "" / 0 = not recorded.
+  std::string run_id;
+  int64_t save_seq = 0;
 };
 
 struct SaveOptions {
@@ -77,7 +82,13 @@ struct LoadOptions {
 IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
                         TrainState& state, MPI_Comm world, const LoadOptions& lo = {});
 
-// Collective. Structure and every dataset's digest (the ranks split the reading).
+// One process (no MPI-IO): the /train group alone (step, cursor, generator states, extra),
+// checksums checked. What a resume inspects before it loads any weights. UserError naming
+// the file if it is unreadable.
+TrainState read_train_state(const std::string& path);
+
+// Collective. Structure, every dataset's digest (the ranks split the reading) and, for the
+// float32 datasets, that no value is NaN or Inf (a diverged run's state restores nothing useful).
 // UserError naming the file and the first bad dataset.
 void verify_checkpoint(const std::string& path, MPI_Comm world);
 
@@ -86,6 +97,8 @@ struct CheckpointMeta {
   int64_t version = 0, step = 0, tokens_seen = 0, world_size = 0, shard_group_size = 0, replicate_size = 0;
   std::string strategy, created, library_versions, model_spec_json, deck_text, optimizer;
   int64_t optimizer_steps = 0;
+  std::string run_id;    // "" in files written before run ids
+  int64_t save_seq = 0;
 };
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 

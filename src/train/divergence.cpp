@@ -1,0 +1,48 @@
+// train.on_nonfinite: the deck's choice, the agreed finiteness test and its message.
+#include "divergence.h"
+
+#include <cmath>
+
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/log.h"
+#include "shardtrain/util/mpi_check.h"
+
+namespace shardtrain::train {
+
+NonFinitePolicy nonfinite_policy_from_deck(const deck::Deck& d) {
+  NonFinitePolicy p;
+  const std::string a = d.get_string("train.on_nonfinite");  // the schema admits only these
+  p.action = a == "skip_step" ? NonFinitePolicy::SkipStep : a == "continue" ? NonFinitePolicy::Continue
+                                                                             : NonFinitePolicy::Stop;
+  p.max_skipped_steps = d.get_int("train.max_skipped_steps");
+  return p;
+}
+
+bool step_is_finite(double local_loss, double grad_norm, MPI_Comm world) {
+  int bad = !(std::isfinite(local_loss) && std::isfinite(grad_norm)), any = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, world));
+  return any == 0;
+}
+
+std::string describe_nonfinite(int64_t step, double loss, double grad_norm, const NonFinitePolicy& p,
+                               int64_t in_a_row, bool give_up, int64_t last_saved_step) {
+  std::string s = log::fmt("step ", step, ": loss ", loss, ", gradient norm ", grad_norm, " (not finite): ");
+  const std::string last = last_saved_step >= 0 ? log::fmt("step ", last_saved_step) : std::string("none");
+  switch (p.action) {
+    case NonFinitePolicy::Stop:
+      return s + log::fmt("the run diverged; stopping without a checkpoint of this state (train.on_nonfinite = "
+                          "\"stop\"), exit ", int(kExitDiverged), ". Last good checkpoint: ", last,
+                          ". Lower optimizer.lr, raise lr.warmup_steps or set optimizer.grad_clip, then resume");
+    case NonFinitePolicy::SkipStep:
+      if (give_up)
+        return s + log::fmt(in_a_row, " non-finite steps in a row (train.max_skipped_steps = ", p.max_skipped_steps,
+                            "): the run diverged; stopping, exit ", int(kExitDiverged), ". Last good checkpoint: ", last);
+      return s + log::fmt("update skipped (train.on_nonfinite = \"skip_step\"; ", in_a_row, " in a row, at most ",
+                          p.max_skipped_steps, ")");
+    case NonFinitePolicy::Continue:
+      return s + "training on (train.on_nonfinite = \"continue\"); non-finite states are not checkpointed";
+  }
+  return s;
+}
+
+}  // namespace shardtrain::train

@@ -1,0 +1,28 @@
+// What the step loop does when a step's loss or gradient norm is not finite
+// (train.on_nonfinite), and the one collective that decides it on every rank alike.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+#include "shardtrain/deck/deck.h"
+
+namespace shardtrain::train {
+
+struct NonFinitePolicy {
+  enum Action { Stop, SkipStep, Continue } action = Stop;
+  int64_t max_skipped_steps = 10;  // SkipStep: give up after this many non-finite steps in a row
+};
+NonFinitePolicy nonfinite_policy_from_deck(const deck::Deck& d);
+
+// Collective over world: false when this rank's loss or the (global) gradient norm is NaN/Inf
+// on any rank. One integer all-reduce per step.
+bool step_is_finite(double local_loss, double grad_norm, MPI_Comm world);
+
+// The warning line for a non-finite step (what happened, what the policy does about it, and
+// which checkpoint is the last good one).
+std::string describe_nonfinite(int64_t step, double loss, double grad_norm, const NonFinitePolicy& p,
+                               int64_t in_a_row, bool give_up, int64_t last_saved_step);
+
+}  // namespace shardtrain::train

@@ -1,0 +1,154 @@
+// claim_run_dirs: locks, the run id decision, moving another run's files aside (rank 0).
+#include "shardtrain/train/run_dirs.h"
+
+#include <filesystem>
+#include <map>
+
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
+
+namespace fs = std::filesystem;
+
+namespace shardtrain::train {
+namespace {
+
+void bcast(std::string& s, MPI_Comm world) {
+  int64_t n = static_cast<int64_t>(s.size());
+  ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
+  s.resize(static_cast<size_t>(n));
+  ST_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, world));
+}
+
+void make_dir(const std::string& dir, const char* key) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  ST_USER_CHECK(fs::is_directory(dir), "cannot create directory '", dir, "' (", key, ")",
+                ec ? ": " + ec.message() : std::string());
+}
+
+bool same_dir(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::equivalent(a, b, ec);
+}
+
+std::string label_of(const ckpt::StepFile& f) { return f.run_id.empty() ? "no-run-id" : f.run_id; }
+
+// "3 checkpoints of run X (newest step_12.h5)" for the error message.
+std::string describe(const std::vector<ckpt::StepFile>& files) {
+  std::map<std::string, int> per_run;
+  for (const auto& f : files) ++per_run[f.readable ? label_of(f) : "unreadable"];
+  std::string s = std::to_string(files.size()) + " checkpoint" + (files.size() == 1 ? "" : "s") + " (";
+  bool first = true;
+  for (const auto& [run, n] : per_run) {
+    s += (first ? "" : ", ") + std::to_string(n) + " of " +
+         (run == "no-run-id" ? std::string("a run without an id") : run == "unreadable" ? "no readable owner" : "run " + run);
+    first = false;
+  }
+  return s + "; newest " + fs::path(files.front().path).filename().string() + ")";
+}
+
+}  // namespace
+
+RunDirs claim_run_dirs(const RunDirsRequest& req, MPI_Comm world) {
+  int rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  RunDirs out;
+  out.resume = req.resume;
+  runtime::run_agreed(world, [&] {
+    if (rank != 0) return;
+    make_dir(req.out_dir, "run.out_dir");
+    make_dir(req.checkpoint_dir, "checkpoint.dir");
+    out.locks.push_back(ckpt::DirLock::acquire(req.out_dir, "run.out_dir"));
+    if (!same_dir(req.out_dir, req.checkpoint_dir))
+      out.locks.push_back(ckpt::DirLock::acquire(req.checkpoint_dir, "checkpoint.dir"));
+
+    const std::optional<ckpt::RunRecord> record = ckpt::read_run_record(req.checkpoint_dir);
+    const std::vector<ckpt::StepFile> files = ckpt::list_step_files(req.checkpoint_dir);
+    bool start_new = false;
+    std::string why_new;
+    if (req.resume == "auto") {
+      if (record) {
+        out.run_id = record->run_id;
+        size_t foreign = 0;
+        for (const auto& f : files) foreign += !f.run_id.empty() && f.run_id != out.run_id;
+        if (foreign)
+          out.notes += "# " + std::to_string(foreign) + " checkpoint(s) of other runs in " + req.checkpoint_dir +
+                       " are ignored (this directory belongs to run " + out.run_id + ")\n";
+      } else {
+        // No record: a directory from before run ids, or one whose record was removed. The
+        // newest checkpoint with an owner names the run; files without one are candidates too.
+        for (const auto& f : files)
+          if (f.readable && !f.run_id.empty()) {
+            out.run_id = f.run_id;
+            break;
+          }
+        if (out.run_id.empty()) {
+          out.run_id = ckpt::new_run_id();
+          out.new_run = true;
+        }
+        ckpt::write_run_record(req.checkpoint_dir, ckpt::this_process_record(out.run_id));
+      }
+    } else if (req.resume == "never") {
+      start_new = true;
+      why_new = "checkpoint.resume = never starts a new run";
+    } else {
+      const ckpt::CheckpointMeta meta = ckpt::read_checkpoint_meta(req.resume);
+      if (record && !meta.run_id.empty() && meta.run_id == record->run_id) {
+        out.run_id = record->run_id;
+      } else {
+        start_new = true;
+        why_new = "checkpoint.resume = " + req.resume + " starts a new run from that file (it is not of the run " +
+                  (record ? record->run_id + " " : std::string()) + "that owns " + req.checkpoint_dir + ")";
+      }
+    }
+    if (!start_new) return;
+
+    out.run_id = ckpt::new_run_id();
+    out.new_run = true;
+    if (!files.empty()) {
+      if (req.previous_run != "move_aside")
+        throw UserError(why_new + ", but " + req.checkpoint_dir + " holds " + describe(files) +
+                        ", which it would mix with. To continue that run: checkpoint.resume = \"auto\". To start "
+                        "a new run here and keep them: --set checkpoint.previous_run=move_aside (they move to " +
+                        req.checkpoint_dir + "/previous-runs/). Or give this run another run.out_dir / checkpoint.dir");
+      // Each run's files into its own folder; `latest` and run.json go with the directory's
+      // run (or, without a record, with the newest file's run), and so do out_dir's metrics.
+      std::map<std::string, std::vector<std::string>> groups;
+      for (const auto& f : files) groups[label_of(f)].push_back(f.path);
+      const std::string owner = record ? record->run_id : label_of(files.front());
+      for (const char* name : {"latest", "run.json"}) {
+        const fs::path p = fs::path(req.checkpoint_dir) / name;
+        if (fs::is_regular_file(p)) groups[owner].push_back(p.string());
+      }
+      for (auto& [label, paths] : groups) {
+        const std::string to = ckpt::move_aside(req.checkpoint_dir, label, paths);
+        out.notes += "# moved " + std::to_string(paths.size()) + " file(s) of run " + label + " to " + to +
+                     " (checkpoint.previous_run = move_aside)\n";
+        for (const std::string& p : paths)
+          if (p == req.resume) out.resume = (fs::path(to) / fs::path(p).filename()).string();
+      }
+      std::vector<std::string> outputs;
+      for (const std::string& name : {req.metrics_file, std::string("summary.json"), std::string("deck.resolved.toml")}) {
+        if (name.empty()) continue;
+        const fs::path p = fs::path(req.out_dir) / name;
+        if (fs::is_regular_file(p)) outputs.push_back(p.string());
+      }
+      if (!outputs.empty()) {
+        const std::string to = ckpt::move_aside(req.out_dir, owner, outputs);
+        out.notes += "# moved that run's metrics to " + to + "\n";
+      }
+    }
+    ckpt::write_run_record(req.checkpoint_dir, ckpt::this_process_record(out.run_id));
+  });
+  bcast(out.run_id, world);
+  bcast(out.resume, world);
+  bcast(out.notes, world);
+  int fresh = out.new_run;
+  ST_MPI_CHECK(MPI_Bcast(&fresh, 1, MPI_INT, 0, world));
+  out.new_run = fresh != 0;
+  return out;
+}
+
+}  // namespace shardtrain::train
