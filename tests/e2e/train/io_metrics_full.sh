@@ -8,13 +8,19 @@ source "$(dirname "$0")/io_lib.sh"
 NP=2
 LIMIT=90
 make_dataset
-tmpfs "$T/out" 256k
-# deck.resolved.toml (one page), the start-up probe (one page, removed again) and two pages
-# of records (~24 of ~330 bytes) fit; 40 records do not.
-fill "$T/out" $(( 3 * 4096 ))
-note "out_dir with $(free_bytes "$T/out") bytes free"
+tmpfs "$T/out" 512k
 mkdir -p "$T/ck"
-RUN=(--set checkpoint.dir="$T/ck" --set train.max_steps=40 --set lr.decay_steps=40 --set checkpoint.every_steps=10)
+# What a run's out_dir holds besides the records (deck.resolved.toml, lock, summary, one
+# page of metrics), measured with a 1-step run on the same tmpfs; then the space is cut to
+# that plus one page: about three pages (~36 records of ~330 bytes) fit, 60 do not.
+FREE0=$(free_bytes "$T/out")
+LOG=$T/P.log train_limited $NP "$T/out/probe" $LIMIT --set checkpoint.dir="$T/ck.probe" --set train.max_steps=1
+expect_rc 0 "$T/P.log" "probe run"
+USED=$(( FREE0 - $(free_bytes "$T/out") ))
+rm -rf "$T/out/probe"
+fill "$T/out" $(( USED + 4096 ))
+note "out_dir with $(free_bytes "$T/out") bytes free (a 1-step run used $USED)"
+RUN=(--set checkpoint.dir="$T/ck" --set train.max_steps=60 --set lr.decay_steps=60 --set checkpoint.every_steps=10)
 LOG=$T/M.log train_limited $NP "$T/out/run" $LIMIT "${RUN[@]}"
 expect_rc 5 "$T/M.log" "metrics on a full out_dir"
 note "exit 5 after ${ELAPSED}s"
@@ -29,7 +35,7 @@ for n, line in enumerate(open(sys.argv[1]), 1):
     json.loads(line)
 PY
 N=$(wc -l < "$M")
-(( N > 10 && N < 40 )) || fail "metrics.jsonl has $N records; the disk should fill between step 10 and 40"
+(( N > 10 && N < 60 )) || fail "metrics.jsonl has $N records; the disk should fill between step 10 and 60"
 [ ! -e "$T/out/run/summary.json" ] || python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$T/out/run/summary.json" ||
   fail "summary.json is not valid JSON"
 ! grep -q "Segmentation\|signal 11" "$T/M.log" || fail "a rank crashed"
@@ -40,10 +46,10 @@ rm -f "$T/out/filler"
 LOG=$T/M.log train_limited $NP "$T/out/run" $LIMIT "${RUN[@]}"
 expect_rc 0 "$T/M.log" "rerun with space"
 grep -q "# resumed from $T/ck/$LAST: step" "$T/M.log" || fail "the rerun did not resume from $LAST"
-python3 - "$M" <<'PY' || fail "the metrics after the rerun are not steps 1..40 once each"
+python3 - "$M" <<'PY' || fail "the metrics after the rerun are not steps 1..60 once each"
 import json, sys
 steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
-assert steps == list(range(1, 41)), steps
+assert steps == list(range(1, 61)), steps
 PY
 python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$T/out/run/summary.json" || fail "summary.json is not valid JSON"
 note "OK: a full out_dir ends the job with exit 5, metrics.jsonl keeps whole records, the rerun completes them"

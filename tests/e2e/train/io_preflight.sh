@@ -13,7 +13,8 @@ mount -o remount,ro "$T/ro" || fail "cannot remount $T/ro read-only"
 train_limited $NP "$T/R" $LIMIT --set checkpoint.dir="$T/ro"
 expect_rc 2 "$T/R.log" "read-only checkpoint.dir"
 no_steps "$T/R.log"
-grep -q "^error: .*checkpoint.dir $T/ro is not writable: Read-only file system" "$T/R.log" ||
+# (the run-directory lock, created first, or the preflight's probe names it)
+grep -Eq "^error: .*(checkpoint.dir $T/ro is not writable|$T/ro/shardtrain.lock of checkpoint.dir): Read-only file system" "$T/R.log" ||
   { grep error "$T/R.log"; fail "the message does not name the read-only directory and the reason"; }
 
 note "read-only run.out_dir"
