@@ -158,8 +158,10 @@ std::string CheckpointManager::save(int64_t step, fsdp::Engine& engine, fsdp::Sh
 }
 
 void CheckpointManager::finish(const std::string& tmp, const std::string& final_path, MPI_Comm comm) {
+  Timer t;
   try {
     verify_checkpoint(tmp, comm);
+    last_verify_s_ = t.seconds();
   } catch (const UserError& e) {
     IoError err("checkpoint " + final_path + " not committed: the file just written does not verify (" + e.what() +
                 "); it was removed and `latest` still names the previous checkpoint");

@@ -45,4 +45,13 @@ std::string describe_nonfinite(int64_t step, double loss, double grad_norm, cons
   return s;
 }
 
+bool DivergenceGuard::gives_up(int64_t step, const StepResult& r, double mean_loss, int64_t last_saved_step) {
+  in_a_row_ = r.finite ? 0 : in_a_row_ + 1;
+  if (r.finite) return false;
+  const bool give_up = p_.action == NonFinitePolicy::Stop ||
+                       (p_.action == NonFinitePolicy::SkipStep && in_a_row_ >= p_.max_skipped_steps);
+  if (rank_ == 0) log::warn(describe_nonfinite(step, mean_loss, r.grad_norm, p_, in_a_row_, give_up, last_saved_step));
+  return give_up;
+}
+
 }  // namespace shardtrain::train

@@ -27,4 +27,5 @@ if(TARGET shardtrain)
   add_train_e2e_test(e2e_train_data_keys data_keys.sh 2 "data")
   add_train_e2e_test(e2e_train_ownership ownership.sh 2 "ckpt;fault")
   add_train_e2e_test(e2e_train_divergence divergence.sh 2 "ckpt;fault")
+  set_tests_properties(e2e_train_ownership PROPERTIES TIMEOUT 300)  # 9 runs, two of them racing
 endif()

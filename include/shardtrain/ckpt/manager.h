@@ -43,6 +43,9 @@ class CheckpointManager {
   void wait();
   // Seconds the last save() blocked the caller.
   double last_stall_seconds() const { return last_stall_s_; }
+  // Seconds the verification of the last committed file took (part of the save; in the
+  // background when async). 0 before the first commit.
+  double last_verify_seconds() const { return last_verify_s_; }
 
   // resume: "never" -> nullopt; "auto" -> the newest step file of this run (or without an
   // owner) that verifies and that `accept` (collective; may be empty) does not reject with a
@@ -56,6 +59,7 @@ class CheckpointManager {
 
   const std::string& dir() const { return dir_; }
   const std::string& run_id() const { return run_id_; }
+  bool async() const { return async_ != nullptr; }
   static std::string file_name(int64_t step);  // "step_00000100.h5"
 
  private:
@@ -72,6 +76,7 @@ class CheckpointManager {
   std::unique_ptr<AsyncWriter> async_;
   std::vector<std::vector<float>> staging_;  // host copies for the background writer, reused
   double last_stall_s_ = 0;
+  double last_verify_s_ = 0;
 };
 
 

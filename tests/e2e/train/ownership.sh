@@ -110,18 +110,31 @@ grep -q "taking over $T/L/shardtrain.lock, left by host $(hostname) pid $HOLDER"
 grep -q "# resumed from $(ckpt_file "$T/L" 6): step 6," "$T/L.log" || fail "did not resume after the kill"
 [ ! -s "$T/L/shardtrain.lock" ] || fail "the lock file still names a holder after the job ended"
 note "two jobs started at once on one fresh directory: exactly one trains, the other exits 2"
+# Both would pause in step 1 (the winner does: it holds the lock meanwhile, whatever the load);
+# the loser must exit 2 at start-up; then SIGUSR1 ends the winner's pause: checkpoint, exit 42.
+export SHARDTRAIN_TEST_PAUSE=mid_step:1:0 SHARDTRAIN_TEST_PAUSE_MARKER=$T/R.paused
 set +e
 "$MPIEXEC" "${MPIFLAGS[@]}" -np 1 "$ST" train "$DECK" --set "data.dataset=$T/data" --set "run.out_dir=$T/R" \
-  --set train.max_steps=30 > "$T/R1.log" 2>&1 &
+  > "$T/R1.log" 2>&1 &
 P1=$!
 "$MPIEXEC" "${MPIFLAGS[@]}" -np 1 "$ST" train "$DECK" --set "data.dataset=$T/data" --set "run.out_dir=$T/R" \
-  --set train.max_steps=30 > "$T/R2.log" 2>&1 &
+  > "$T/R2.log" 2>&1 &
 P2=$!
-wait $P1; R1=$?
-wait $P2; R2=$?
 set -e
-[ "$(printf '%s\n' $R1 $R2 | sort | tr '\n' ' ')" = "0 2 " ] || { tail -3 "$T/R1.log" "$T/R2.log"; fail "racing jobs exited $R1 and $R2, expected one 0 and one 2"; }
+unset SHARDTRAIN_TEST_PAUSE SHARDTRAIN_TEST_PAUSE_MARKER
+for ((i = 0; i < 600; ++i)); do
+  [ -s "$T/R.paused" ] && { ! kill -0 $P1 2>/dev/null || ! kill -0 $P2 2>/dev/null; } && break
+  sleep 0.1
+done
+[ -s "$T/R.paused" ] || { kill -9 $P1 $P2 2>/dev/null; fail "neither racing job reached step 1"; }
+if kill -0 $P1 2>/dev/null; then WIN=$P1 LOSE=$P2; else WIN=$P2 LOSE=$P1; fi
+kill -0 $LOSE 2>/dev/null && { kill -9 $P1 $P2 2>/dev/null; fail "both racing jobs are running: the lock did not stop one"; }
+set +e; wait $LOSE; RL=$?; set -e
+kill -USR1 $WIN
+set +e; wait $WIN; RW=$?; set -e
+[ "$RL" = 2 ] || { tail -n 3 "$T/R1.log" "$T/R2.log"; fail "the losing job exited $RL, expected 2"; }
+[ "$RW" = 42 ] || { tail -n 3 "$T/R1.log" "$T/R2.log"; fail "the winning job exited $RW after SIGUSR1, expected 42"; }
 grep -q "is in use by another job" "$T/R1.log" "$T/R2.log" || fail "the losing job does not say the directory is in use"
-[ "$(step_table "$T/R/metrics.jsonl" | awk '{print $1}' | tr '\n' ' ')" = "$(seq -s ' ' 1 30) " ] || fail "metrics.jsonl is not one run's steps 1-30"
-verify_once "$(ckpt_file "$T/R" 30)"
+[ "$(step_table "$T/R/metrics.jsonl" | awk '{print $1}' | tr '\n' ' ')" = "1 " ] || fail "metrics.jsonl is not one run's step 1"
+verify_once "$(ckpt_file "$T/R" 1)"
 note "OK: rotation by validity and ownership, new runs never mix, locks hold"

@@ -1,0 +1,31 @@
+// trainer_settings_from_deck: every key the step loop and its components use, read once.
+#include "loop_settings.h"
+
+namespace shardtrain::train {
+
+TrainerSettings trainer_settings_from_deck(const deck::Deck& d) {
+  TrainerSettings s;
+  s.max_steps = d.get_int("train.max_steps");
+  s.max_tokens = d.get_int("train.max_tokens");
+  s.seed = static_cast<uint64_t>(d.get_int("run.seed"));
+  s.grad_clip = d.get_float("optimizer.grad_clip");
+  s.on_nonfinite = nonfinite_policy_from_deck(d);
+  s.out_dir = d.out_dir();
+  s.device_key = d.get_string("run.device");
+  s.val_every = d.get_int("train.val_every");
+  s.val_batches = d.get_int("train.val_batches");
+  s.log_every = d.get_int("log.every");
+  s.metrics_file = d.get_string("log.metrics_file");
+  s.peak_tflops = d.get_float("log.peak_tflops");
+  s.ckpt_dir = d.checkpoint_dir();
+  s.resume = d.get_string("checkpoint.resume");
+  s.previous_run = d.get_string("checkpoint.previous_run");
+  s.init_from = d.get_string("checkpoint.init_from");
+  s.every_steps = d.get_int("checkpoint.every_steps");
+  s.every_minutes = d.get_float("checkpoint.every_minutes");
+  s.keep_last = static_cast<int>(d.get_int("checkpoint.keep_last"));
+  s.async = d.get_bool("checkpoint.async");
+  return s;
+}
+
+}  // namespace shardtrain::train

@@ -1,0 +1,34 @@
+// The trainer's settings, read from the deck once before the loop (the loop reads no keys).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "divergence.h"
+#include "shardtrain/deck/deck.h"
+
+namespace shardtrain::train {
+
+struct TrainerSettings {
+  // [train] / [run]
+  int64_t max_steps = 0, max_tokens = 0;  // max_tokens 0 = no limit
+  uint64_t seed = 0;
+  double grad_clip = 0;
+  NonFinitePolicy on_nonfinite;
+  std::string out_dir, device_key;
+  // [train] validation
+  int64_t val_every = 0, val_batches = 0;
+  // [log]
+  int64_t log_every = 1;
+  std::string metrics_file;  // relative to out_dir; "" = none
+  double peak_tflops = 0;    // 0 = measure
+  // [checkpoint]
+  std::string ckpt_dir, resume, previous_run, init_from;
+  int64_t every_steps = 0;
+  double every_minutes = 0;
+  int keep_last = 1;
+  bool async = false;
+};
+
+TrainerSettings trainer_settings_from_deck(const deck::Deck& d);
+
+}  // namespace shardtrain::train

@@ -1,0 +1,55 @@
+// StepLogger: the logging schedule and the reductions behind one metrics record.
+#include "step_logger.h"
+
+#include "shardtrain/train/alloc_tracker.h"
+#include "shardtrain/util/memory.h"
+#include "shardtrain/util/mpi_check.h"
+
+namespace shardtrain::train {
+namespace {
+double allreduce(double v, MPI_Op op, MPI_Comm c) {
+  double out = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, op, c));
+  return out;
+}
+}  // namespace
+
+StepLogger::StepLogger(MetricsLog& log, fsdp::Engine& engine, ThroughputModel m, int64_t every, int64_t max_steps,
+                       MPI_Comm world)
+    : log_(log), engine_(engine), m_(m), every_(every), max_steps_(max_steps), world_(world) {
+  ST_MPI_CHECK(MPI_Comm_size(world_, &size_));
+}
+
+void StepLogger::after_step(int64_t step, int64_t tokens_seen, const StepResult& s) {
+  window_s_ += s.seconds;
+  window_comm_ += s.comm_seconds;
+  ++window_steps_;
+  if (!(step % every_ == 0 || step == max_steps_ || step == 1 || !s.finite)) return;
+  last_loss_ = allreduce(s.local_loss, MPI_SUM, world_) / size_;
+  const double step_s = allreduce(window_s_ / window_steps_, MPI_MAX, world_);
+  const double comm_s = allreduce(window_comm_ / window_steps_, MPI_MAX, world_);
+  StepRecord r;
+  r.step = step;
+  r.max_steps = max_steps_;
+  r.loss = last_loss_;
+  r.lr = s.lr;
+  r.grad_norm = s.grad_norm;
+  r.items_per_s = m_.items_per_step / step_s;
+  r.items_are_tokens = m_.items_are_tokens;
+  r.step_ms = 1e3 * step_s;
+  r.tflops = m_.flops_per_item * m_.items_per_step / step_s / size_ / 1e12;
+  r.mfu = m_.peak_tflops > 0 ? r.tflops / m_.peak_tflops : 0;
+  r.comm_share = step_s > 0 ? comm_s / step_s : 0;
+  r.peak_mem_bytes = static_cast<int64_t>(allreduce(static_cast<double>(read_process_memory().hwm_bytes), MPI_MAX, world_));
+  r.peak_tensor_bytes = static_cast<int64_t>(
+      allreduce(static_cast<double>(alloc_counters().peak_bytes + m_.optim_state_bytes), MPI_MAX, world_));
+  // The CUDA caching allocator's max_memory_allocated (-1 on a CPU device: not logged).
+  r.peak_device_bytes = static_cast<int64_t>(
+      allreduce(static_cast<double>(engine_.memory().device_peak_allocated_bytes), MPI_MAX, world_));
+  r.tokens_seen = tokens_seen;
+  log_.log_step(r);
+  window_s_ = window_comm_ = 0;
+  window_steps_ = 0;
+}
+
+}  // namespace shardtrain::train

@@ -1,0 +1,16 @@
+// What one optimizer step produced: what the loop's components (metrics, divergence guard)
+// look at after it.
+#pragma once
+
+namespace shardtrain::train {
+
+struct StepResult {
+  double local_loss = 0;    // this rank's mean micro-batch loss (not yet reduced)
+  double grad_norm = 0;     // global, before clipping
+  float lr = 0;
+  bool finite = true;       // agreed on every rank: loss and gradient norm finite everywhere
+  double seconds = 0;       // wall time of the step on this rank
+  double comm_seconds = 0;  // exposed communication during it
+};
+
+}  // namespace shardtrain::train
