@@ -4,8 +4,12 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "plan.h"
@@ -13,9 +17,14 @@
 #include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/ckpt/h5.h"
+#include "shardtrain/ckpt/preflight.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/runtime.h"
+#include "shardtrain/util/file_io.h"
+#include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
+#include "write_guard.h"
 
 namespace shardtrain::ckpt {
 namespace {
@@ -73,27 +82,118 @@ H5Id create_dataset(hid_t file, const std::string& path, hid_t type, const std::
   return H5Id(ST_H5_CHECK(H5Dcreate2(file, path.c_str(), type, space, lcpl, dcpl, H5P_DEFAULT)), H5Dclose);
 }
 
-// A small 1-D dataset written whole by rank 0 (the others select nothing).
+// A small 1-D dataset written whole by rank 0 (the others select nothing). The data write's
+// errno is returned (0 = written), not thrown: see "failures while the file is open".
 template <typename T>
-void write_small(hid_t file, const std::string& path, hid_t file_type, hid_t mem_type, const std::vector<T>& v,
-                 int rank, hid_t lcpl, hid_t dcpl, hid_t dxpl) {
+int write_small(hid_t file, const std::string& path, hid_t file_type, hid_t mem_type, const std::vector<T>& v,
+                int rank, hid_t lcpl, hid_t dcpl, hid_t dxpl) {
   H5Id d = create_dataset(file, path, file_type, {static_cast<int64_t>(v.size())}, lcpl, dcpl);
   H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
   Piece p{0, rank == 0 ? static_cast<int64_t>(v.size()) : 0, 0};
   select_piece(fs, {static_cast<int64_t>(v.size())}, p);
   H5Id ms(piece_mem_space(p), H5Sclose);
-  if (!v.empty()) ST_H5_CHECK(H5Dwrite(d, mem_type, ms, fs, dxpl, v.data()));  // size known on all ranks
+  int failed = 0;
+  errno = 0;
+  if (!v.empty() && H5Dwrite(d, mem_type, ms, fs, dxpl, v.data()) < 0) {  // size known on all ranks
+    failed = errno ? errno : -1;
+    H5Eclear2(H5E_DEFAULT);
+  }
   Digest dg;  // every rank holds the same (broadcast) data
   dg.add(v.data(), static_cast<int64_t>(v.size()), sizeof(T), 0);
   write_attr_uint64s(d, kDigestAttr, dg.as_vector());
+  return failed;
 }
 
-void fsync_path(const std::string& p, int flags) {
-  int fd = ::open(p.c_str(), flags);
-  if (fd < 0) throw Error("cannot open " + p + " to fsync it");
-  int rc = ::fsync(fd);
+// ---- failures while the file is open ---------------------------------------------------
+//
+// A parallel HDF5 file must be closed by every rank together: H5Fclose flushes metadata
+// collectively (barriers around the writes) and sets the file size (MPI_File_set_size).
+// If one rank fails a write and unwinds through H5Fclose while the others go on to their
+// next collective call, every rank waits forever (issue #18: one rank in MPI_File_set_size,
+// the other in a barrier). So the save never lets a failure unwind through the file handle:
+//  - storage failures are made impossible where they would hit a collective call: rank 0
+//    reserves the file's estimated size before any data or metadata is written
+//    (detail::reserve_space), so ENOSPC / EDQUOT appear where every rank can agree on them;
+//  - failures that can still happen (an independent data write, the flush, the close) are
+//    recorded, agreed across ranks at the next safe point (detail::agree_failure) and only
+//    then does every rank clean up together (abandon(): a close that cannot fail, the .tmp
+//    removed) and throw the same IoError;
+//  - anything else raised inside the open file (a metadata call failing on some ranks only)
+//    cannot be agreed: that rank prints the message and aborts the job right there
+//    (fail_fast), instead of unwinding into a collective close that would hang.
+
+constexpr double kCleanupSeconds = 60;  // an agreed clean-up is a few ms; this is the backstop
+
+[[noreturn]] void fail_fast(const std::string& tmp, const char* what, int code, int64_t need) {
+  // A metadata write refused for lack of space surfaces as a failed HDF5 call: still a full
+  // disk (exit 5, the last good checkpoint stays), not a bug.
+  const int64_t avail = io::available_bytes(io::parent_dir(tmp));
+  const bool full = avail >= 0 && avail < need;
+  if (full) code = kExitIo;
+  log::error(std::string("checkpoint ") + tmp + ": " +
+             (full ? "write failed: " + io::errno_text(ENOSPC) + " (" + std::to_string(need) + " bytes needed for the file, " +
+                         std::to_string(avail) + " available now): "
+                   : std::string()) +
+             what + " (raised on this rank inside a collective HDF5 write, where the others cannot be told: aborting the job)");
+  ::unlink(tmp.c_str());  // best effort; a .tmp left behind is never read and the next save deletes it
+  runtime::Runtime::abort(code == kExitOk ? kExitInternal : code);
+}
+
+// Every rank, after an agreed failure: close collectively in a way that cannot fail, then
+// remove the .tmp. The close still writes HDF5's dirty metadata and sets the file size;
+// measured on a full tmpfs, a close that writes to the real file fails on some ranks (even
+// after freeing the partial file's own space, when other files fill the disk) and then
+// hangs in its barriers, or leaves the file open for HDF5's atexit handler to close after
+// MPI_Finalize (the segfault of issue #18). So each rank first redirects its descriptors of
+// the file to a memory file (detail::redirect_to_memory) and the close writes there. Where
+// that is impossible (no memfd or /proc), rank 0 truncates the file to free its space.
+// Return codes are deliberately ignored here: the failure being reported is already agreed,
+// and a second error could only be reported by some ranks. The deadline ends a close that
+// hangs anyway.
+[[noreturn]] void abandon(const Error& failure, H5Id& file, std::vector<H5Id>& datasets, const std::string& tmp,
+                          int rank, MPI_Comm world) {
+  detail::Deadline deadline(kCleanupSeconds, std::string(failure.what()) + "; the clean-up did not finish",
+                            failure.exit_code(), tmp);
+  const int redirected = detail::redirect_to_memory(tmp);
+  int everywhere = 0;
+  (void)MPI_Allreduce(&redirected, &everywhere, 1, MPI_INT, MPI_MIN, world);  // also: all redirected before the unlink
+  if (rank == 0) {
+    if (everywhere == 0) (void)::truncate(tmp.c_str(), 0);
+    (void)::unlink(tmp.c_str());
+  }
+  (void)MPI_Barrier(world);
+  for (H5Id& d : datasets) d.reset();
+  file.reset();
+  H5Eclear2(H5E_DEFAULT);
+  (void)MPI_Barrier(world);  // nobody reports the failure before every rank has closed
+  throw failure;
+}
+
+// HDF5's innermost message for the debug log (the user-facing reason comes from errno).
+std::string h5_reason() {
+  std::string why;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD,
+           [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
+             if (n == 0 && e->desc) *static_cast<std::string*>(out) = e->desc;
+             return 0;
+           },
+           &why);
+  H5Eclear2(H5E_DEFAULT);
+  return why;
+}
+
+// Creates path.tmp on rank 0 with POSIX calls first: the reason a directory refuses the file
+// (read-only, permissions, no space for even a reservation) comes back as errno, before any
+// HDF5 call. Returns the failure message ("" = ok).
+std::string rank0_prepare(const std::string& tmp, int64_t need, int64_t free_before) {
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create the file: " + io::errno_text(errno);
   ::close(fd);
-  if (rc != 0) throw Error("fsync of " + p + " failed");
+  // A reservation now (not only after H5Fcreate, which truncates the file): a disk that is
+  // already full, or a quota already used up, then fails before HDF5 ever opens the file.
+  std::string why = detail::reserve_space(tmp, need, free_before);
+  if (!why.empty()) ::unlink(tmp.c_str());
+  return why;
 }
 
 }  // namespace
@@ -106,8 +206,25 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
   const std::string tmp = opts.atomic ? path + ".tmp" : path;
+  const std::string dir = io::parent_dir(tmp);
   std::vector<ParamPlan> plan = make_plan(snap, world, opts.split_replicas);
   nlohmann::json meta = rank0_metadata(state, info, world);
+  const int64_t need = estimated_file_bytes(
+      snapshot_file_bytes(snap) + 8 * static_cast<int64_t>(state.data_cursor.size()) +
+          static_cast<int64_t>(state.rng_state.size()),
+      static_cast<int64_t>(plan.size() * (1 + snap.state_names.size()) + 2),
+      static_cast<int64_t>(info.deck_text.size() + info.model_spec_json.size()));
+  const int64_t free_before = rank == 0 ? io::available_bytes(dir) : -1;  // for messages
+  const std::string where = "checkpoint " + tmp + ": ";
+  // SHARDTRAIN_TEST_STUCK_SECONDS: test-only, so the tests can see a deadline fire in seconds.
+  const char* stuck_env = std::getenv("SHARDTRAIN_TEST_STUCK_SECONDS");
+  const double stuck_seconds = stuck_env ? std::atof(stuck_env) : opts.stuck_seconds;
+
+  runtime::run_agreed(world, [&] {
+    if (rank != 0) return;
+    std::string why = rank0_prepare(tmp, need, free_before);
+    if (!why.empty()) throw IoError(where + why);
+  });
 
   {
     H5Id fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
@@ -119,107 +236,185 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
     // Dense attribute storage on the root: the deck text may exceed the 64 KiB compact limit.
     ST_H5_CHECK(H5Pset_attr_phase_change(fcpl, 0, 0));
     H5Id file;
-    runtime::run_agreed(world, [&] {
-      hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
-      if (f < 0) throw UserError("cannot create checkpoint file " + tmp + " (does the directory exist and is it writable?)");
-      file = H5Id(f, H5Fclose);
-    });
-
-    write_attr_string(file, "format", kFormatName);
-    write_attr_int64(file, "version", kFormatVersion);
-    write_attr_int64(file, "step", meta["step"].get<int64_t>());
-    write_attr_int64(file, "tokens_seen", meta["tokens_seen"].get<int64_t>());
-    write_attr_int64(file, "world_size", size);
-    write_attr_int64(file, "shard_group_size", meta["shard_group_size"].get<int64_t>());
-    write_attr_int64(file, "replicate_size", meta["replicate_size"].get<int64_t>());
-    write_attr_string(file, "strategy", meta["strategy"].get<std::string>());
-    write_attr_string(file, "created", meta["created"].get<std::string>());
-    write_attr_string(file, "library_versions", meta["versions"].get<std::string>());
-    write_attr_string(file, "model_spec", meta["model_spec_json"].get<std::string>());
-    write_attr_string(file, "deck", meta["deck_text"].get<std::string>());
-    if (!meta["run_id"].get<std::string>().empty()) {
-      write_attr_string(file, "run_id", meta["run_id"].get<std::string>());
-      write_attr_int64(file, "save_seq", meta["save_seq"].get<int64_t>());
-    }
-
-    H5Id lcpl(ST_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
-    ST_H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
-    H5Id dcpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
-    ST_H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));
-    ST_H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
-    ST_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
-    H5Id dxpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
-    ST_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
-    H5Id data_dxpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
-    ST_H5_CHECK(H5Pset_dxpl_mpio(data_dxpl, opts.collective_data ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT));
-
-    // Groups first so that /model, /optim, /train exist even for an empty model.
-    for (const char* g : {kModelGroup, kOptimGroup, kTrainGroup}) {
-      H5Id grp(ST_H5_CHECK(H5Gcreate2(file, g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
-    }
-    {
-      H5Id og(ST_H5_CHECK(H5Gopen2(file, kOptimGroup, H5P_DEFAULT)), H5Gclose);
-      write_attr_string(og, "name", snap.optimizer);
-      write_attr_int64(og, "steps_taken", snap.optimizer_steps);
-    }
-
-    // One dataset per parameter and per state array: create, write own piece, digest.
-    const size_t ns = snap.state_names.size();
-    std::vector<uint64_t> local(plan.size() * (1 + ns) * 2, 0), total(local.size(), 0);
     std::vector<H5Id> datasets;
-    datasets.reserve(plan.size() * (1 + ns));
-    for (size_t i = 0; i < plan.size(); ++i) {
-      const ParamPlan& p = plan[i];
-      const FlatView& v = snap.flats[p.flat];
-      for (size_t k = 0; k <= ns; ++k) {
-        std::string dpath = k == 0 ? model_path(p.name) : optim_path(snap.state_names[k - 1], p.name);
-        const float* base = k == 0 ? v.master : v.states[k - 1];
-        H5Id d = create_dataset(file, dpath, H5T_IEEE_F32LE, p.shape, lcpl, dcpl);
-        H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
-        select_piece(fs, p.shape, p.own);
-        H5Id ms(piece_mem_space(p.own), H5Sclose);
-        const float* src = p.own.numel() ? base + p.own.shard_offset : base;
-        // Collective: every rank takes part (empty parameters: no transfer at all, every rank
-        // knows the shape). Independent: only ranks with a piece write.
-        if (opts.collective_data ? shape_numel(p.shape) > 0 : p.own.numel() > 0)
-          ST_H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, data_dxpl, src));
-        Digest dg;
-        if (p.own.numel()) dg.add(src, p.own.numel(), 4, p.own.lo);
-        size_t slot = (i * (1 + ns) + k) * 2;
-        local[slot] = dg.sum;
-        local[slot + 1] = dg.weighted;
-        datasets.push_back(std::move(d));
+    {
+      std::string failure;
+      hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
+      if (f < 0) {
+        if (rank == 0) ::unlink(tmp.c_str());  // rank0_prepare made it
+        failure = where + "cannot create the file with MPI-IO: " + h5_reason();
+      } else {
+        file = H5Id(f, H5Fclose);
+      }
+      if (auto e = detail::agree_failure(world, failure)) {
+        // Opened here but not everywhere: its close is collective over ranks that have no file.
+        if (file.valid()) fail_fast(tmp, e->what(), e->exit_code(), need);
+        throw *e;
       }
     }
-    ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
-    for (size_t j = 0; j < datasets.size(); ++j) {
-      write_attr_uint64s(datasets[j], kDigestAttr, {total[2 * j], total[2 * j + 1]});
-      datasets[j].close();
-    }
 
-    std::vector<int64_t> cursor = meta["data_cursor"].get<std::vector<int64_t>>();
-    std::vector<uint8_t> rng = meta["rng_state"].get<std::vector<uint8_t>>();
-    write_small(file, std::string(kTrainGroup) + "/data_cursor", H5T_STD_I64LE, H5T_NATIVE_INT64, cursor, rank, lcpl,
-                dcpl, dxpl);
-    write_small(file, std::string(kTrainGroup) + "/rng_state", H5T_STD_U8LE, H5T_NATIVE_UINT8, rng, rank, lcpl, dcpl,
-                dxpl);
-    {
-      H5Id tg(ST_H5_CHECK(H5Gopen2(file, kTrainGroup, H5P_DEFAULT)), H5Gclose);
-      write_attr_int64(tg, "step", meta["step"].get<int64_t>());
-      write_attr_int64(tg, "tokens_seen", meta["tokens_seen"].get<int64_t>());
-      write_attr_int64(tg, "lr_step", meta["lr_step"].get<int64_t>());
-      write_attr_string(tg, "extra", meta["extra_json"].get<std::string>());
+    // From here on, see "failures while the file is open" above.
+    try {
+      // H5Fcreate truncated the file: reserve again, now for good.
+      int reserved = 0;
+      bool held = false;
+      std::string failure = rank == 0 ? detail::reserve_space(tmp, need, free_before, &held) : std::string();
+      if (!failure.empty()) failure = where + failure;
+      if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
+      reserved = held;
+      ST_MPI_CHECK(MPI_Bcast(&reserved, 1, MPI_INT, 0, world));
+      // Without a reservation (no fallocate on this file system) a metadata write may still
+      // fail on some ranks inside HDF5's barriers and hang there: then the whole write gets a
+      // deadline, at least stuck_seconds and ample for 50 MB/s.
+      std::optional<detail::Deadline> unreserved;
+      if (!reserved)
+        unreserved.emplace(std::max(stuck_seconds, static_cast<double>(need) / 50e6),
+                           where + "write failed: the write did not complete (no space reservation on this file system)",
+                           kExitIo, tmp);
+
+      write_attr_string(file, "format", kFormatName);
+      write_attr_int64(file, "version", kFormatVersion);
+      write_attr_int64(file, "step", meta["step"].get<int64_t>());
+      write_attr_int64(file, "tokens_seen", meta["tokens_seen"].get<int64_t>());
+      write_attr_int64(file, "world_size", size);
+      write_attr_int64(file, "shard_group_size", meta["shard_group_size"].get<int64_t>());
+      write_attr_int64(file, "replicate_size", meta["replicate_size"].get<int64_t>());
+      write_attr_string(file, "strategy", meta["strategy"].get<std::string>());
+      write_attr_string(file, "created", meta["created"].get<std::string>());
+      write_attr_string(file, "library_versions", meta["versions"].get<std::string>());
+      write_attr_string(file, "model_spec", meta["model_spec_json"].get<std::string>());
+      write_attr_string(file, "deck", meta["deck_text"].get<std::string>());
+      if (!meta["run_id"].get<std::string>().empty()) {
+        write_attr_string(file, "run_id", meta["run_id"].get<std::string>());
+        write_attr_int64(file, "save_seq", meta["save_seq"].get<int64_t>());
+      }
+
+      H5Id lcpl(ST_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+      ST_H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
+      H5Id dcpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+      ST_H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));
+      ST_H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
+      ST_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
+      H5Id dxpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
+      ST_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+      H5Id data_dxpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
+      ST_H5_CHECK(H5Pset_dxpl_mpio(data_dxpl, opts.collective_data ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT));
+
+      // Groups first so that /model, /optim, /train exist even for an empty model.
+      for (const char* g : {kModelGroup, kOptimGroup, kTrainGroup}) {
+        H5Id grp(ST_H5_CHECK(H5Gcreate2(file, g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+      }
+      {
+        H5Id og(ST_H5_CHECK(H5Gopen2(file, kOptimGroup, H5P_DEFAULT)), H5Gclose);
+        write_attr_string(og, "name", snap.optimizer);
+        write_attr_int64(og, "steps_taken", snap.optimizer_steps);
+      }
+
+      // One dataset per parameter and per state array: create, write own piece, digest.
+      // A failed data write is recorded, not thrown: this rank keeps taking part in the
+      // collective dataset creations (and, with collective_data, in every collective
+      // H5Dwrite), and all ranks agree on the outcome after the loop.
+      const size_t ns = snap.state_names.size();
+      std::vector<uint64_t> local(plan.size() * (1 + ns) * 2, 0), total(local.size(), 0);
+      datasets.reserve(plan.size() * (1 + ns));
+      for (size_t i = 0; i < plan.size(); ++i) {
+        const ParamPlan& p = plan[i];
+        const FlatView& v = snap.flats[p.flat];
+        for (size_t k = 0; k <= ns; ++k) {
+          std::string dpath = k == 0 ? model_path(p.name) : optim_path(snap.state_names[k - 1], p.name);
+          const float* base = k == 0 ? v.master : v.states[k - 1];
+          H5Id d = create_dataset(file, dpath, H5T_IEEE_F32LE, p.shape, lcpl, dcpl);
+          H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
+          select_piece(fs, p.shape, p.own);
+          H5Id ms(piece_mem_space(p.own), H5Sclose);
+          const float* src = p.own.numel() ? base + p.own.shard_offset : base;
+          // Collective: every rank takes part (empty parameters: no transfer at all, every rank
+          // knows the shape). Independent: only ranks with a piece write (and a rank whose
+          // earlier write failed stops writing).
+          const bool write = opts.collective_data ? shape_numel(p.shape) > 0 : p.own.numel() > 0 && failure.empty();
+          if (write) {
+            errno = 0;
+            if (H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, data_dxpl, src) < 0 && failure.empty()) {
+              const int e = errno;  // MPI-IO's pwrite errno, before anything else can change it
+              const std::string h5 = h5_reason();
+              log::debug(log::fmt("checkpoint ", tmp, ": H5Dwrite of ", dpath, " failed: ", h5, " (errno ", e, ")"));
+              failure = where + "write failed: " + detail::write_failure_reason(e, dir, need);
+            }
+          }
+          Digest dg;
+          if (p.own.numel()) dg.add(src, p.own.numel(), 4, p.own.lo);
+          size_t slot = (i * (1 + ns) + k) * 2;
+          local[slot] = dg.sum;
+          local[slot + 1] = dg.weighted;
+          datasets.push_back(std::move(d));
+        }
+      }
+      if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
+      ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
+      for (size_t j = 0; j < datasets.size(); ++j) {
+        write_attr_uint64s(datasets[j], kDigestAttr, {total[2 * j], total[2 * j + 1]});
+        datasets[j].close();
+      }
+      datasets.clear();
+
+      std::vector<int64_t> cursor = meta["data_cursor"].get<std::vector<int64_t>>();
+      std::vector<uint8_t> rng = meta["rng_state"].get<std::vector<uint8_t>>();
+      for (int e : {write_small(file, std::string(kTrainGroup) + "/data_cursor", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                                cursor, rank, lcpl, dcpl, dxpl),
+                    write_small(file, std::string(kTrainGroup) + "/rng_state", H5T_STD_U8LE, H5T_NATIVE_UINT8, rng,
+                                rank, lcpl, dcpl, dxpl)})
+        if (e != 0 && failure.empty())
+          failure = where + "write failed: " + detail::write_failure_reason(e < 0 ? 0 : e, dir, need);
+      {
+        H5Id tg(ST_H5_CHECK(H5Gopen2(file, kTrainGroup, H5P_DEFAULT)), H5Gclose);
+        write_attr_int64(tg, "step", meta["step"].get<int64_t>());
+        write_attr_int64(tg, "tokens_seen", meta["tokens_seen"].get<int64_t>());
+        write_attr_int64(tg, "lr_step", meta["lr_step"].get<int64_t>());
+        write_attr_string(tg, "extra", meta["extra_json"].get<std::string>());
+      }
+      // The flush writes metadata collectively: it must not start after a failed write.
+      if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
+      // Data on stable storage before the rename makes it visible (MPI_File_sync on every
+      // rank). Where the file system defers write errors (NFS, quotas), they surface here, on
+      // some ranks: agreed before the close. A flush that hangs (a metadata write failing on
+      // some ranks inside HDF5's barriers: possible only where the space could not be
+      // reserved) ends the job after SaveOptions::stuck_seconds.
+      detail::Deadline flush_deadline(stuck_seconds, where + "write failed: the flush did not complete", kExitIo, tmp);
+      errno = 0;
+      if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) {
+        const int e = errno;
+        log::debug(log::fmt("checkpoint ", tmp, ": H5Fflush failed: ", h5_reason(), " (errno ", e, ")"));
+        failure = where + "write failed (flush): " + detail::write_failure_reason(e, dir, need);
+      }
+      if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
+      // Nothing is dirty any more: the close only sets the size (to HDF5's end of allocation,
+      // which also gives back what the reservation overshot) and closes.
+      errno = 0;
+      if (H5Fclose(file.release()) < 0) {
+        const int e = errno;
+        log::debug(log::fmt("checkpoint ", tmp, ": H5Fclose failed: ", h5_reason(), " (errno ", e, ")"));
+        failure = where + "write failed (close): " + detail::write_failure_reason(e, dir, need);
+      }
+      if (auto f = detail::agree_failure(world, failure)) {
+        if (rank == 0) (void)::unlink(tmp.c_str());
+        throw *f;
+      }
+    } catch (const Error& e) {
+      if (e.agreed()) throw;  // every rank throws it; the file is closed and removed
+      fail_fast(tmp, e.what(), e.exit_code(), need);
+    } catch (const std::exception& e) {
+      fail_fast(tmp, e.what(), kExitInternal, need);
     }
-    // Data on stable storage before the rename makes it visible (MPI_File_sync on every rank).
-    ST_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
-    file.close();
   }
   if (opts.atomic) {
     runtime::run_agreed(world, [&] {
       if (rank != 0) return;
-      if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot rename " + tmp + " to " + path);
-      std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-      fsync_path(dir.empty() ? "/" : dir, O_RDONLY | O_DIRECTORY);
+      if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int e = errno;
+        ::unlink(tmp.c_str());
+        throw IoError("checkpoint " + tmp + ": cannot rename it to " + path + ": " + io::errno_text(e));
+      }
+      if (int e = io::fsync_dir(dir)) throw IoError("checkpoint " + path + ": fsync of " + dir + " failed: " + io::errno_text(e));
     });
   }
   ST_MPI_CHECK(MPI_Barrier(world));

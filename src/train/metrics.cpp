@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "shardtrain/runtime/agree.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::train {
@@ -20,7 +21,8 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& jsonl_path, bool enabled, int64_t resumed_step) : enabled_(enabled) {
+MetricsLog::MetricsLog(const std::string& jsonl_path, bool enabled, int64_t resumed_step, MPI_Comm comm)
+    : enabled_(enabled), comm_(comm) {
   if (!enabled_) return;
   if (resumed_step >= 0) {
     // Keep the records up to the checkpoint's step; rewrite the file through a temporary
@@ -34,20 +36,33 @@ MetricsLog::MetricsLog(const std::string& jsonl_path, bool enabled, int64_t resu
       if (j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > resumed_step) continue;
       keep.push_back(line);
     }
-    const std::string tmp = jsonl_path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      for (const auto& l : keep) out << l << "\n";
-      ST_USER_CHECK(out.good(), "cannot write the metrics file '", tmp, "'");
-    }
-    ST_USER_CHECK(std::rename(tmp.c_str(), jsonl_path.c_str()) == 0, "cannot rename '", tmp, "' to '", jsonl_path, "'");
+    std::string text;
+    for (const auto& l : keep) text += l + "\n";
+    io::write_file_atomic(jsonl_path, text);  // IoError (exit 5) naming the file and the reason
   }
-  out_.open(jsonl_path, resumed_step >= 0 ? std::ios::out | std::ios::app : std::ios::out | std::ios::trunc);
-  ST_USER_CHECK(out_.good(), "cannot write the metrics file '", jsonl_path, "'");
+  out_.open(jsonl_path, /*truncate=*/resumed_step < 0);
+}
+
+// Rank 0 writes, every rank learns whether it worked: a full disk under out_dir ends the job
+// with exit 5 on every rank (one MPI_Allreduce per logged record; records are rare next to a
+// step's collectives) instead of rank 0 alone failing or the run ending rc 0 with lost metrics.
+void MetricsLog::agreed_write(const std::function<void()>& write) {
+  if (comm_ == MPI_COMM_NULL) {
+    if (enabled_) write();
+    return;
+  }
+  runtime::run_agreed(comm_, [&] {
+    if (enabled_) write();
+  });
 }
 
 void MetricsLog::log_step(const StepRecord& r) {
-  if (!enabled_) return;
+  std::string line;
+  if (enabled_) line = format_step(r);
+  agreed_write([&] { out_.append(line); });
+}
+
+std::string MetricsLog::format_step(const StepRecord& r) {
   step_ms_.push_back(r.step_ms);
   items_per_s_.push_back(r.items_per_s);
   peak_tensor_bytes_ = std::max(peak_tensor_bytes_, r.peak_tensor_bytes);
@@ -75,12 +90,16 @@ void MetricsLog::log_step(const StepRecord& r) {
                       {"tokens_seen", r.tokens_seen}};
   if (dev) j["peak_device_bytes"] = r.peak_device_bytes;
   if (!r.items_are_tokens) j["tokens_per_s"] = r.items_per_s;  // the key tools expect; here: samples
-  out_ << j.dump() << "\n";
-  out_.flush();
+  return j.dump() + "\n";
 }
 
 void MetricsLog::log_eval(const EvalRecord& r) {
-  if (!enabled_) return;
+  std::string line;
+  if (enabled_) line = format_eval(r);
+  agreed_write([&] { out_.append(line); });
+}
+
+std::string MetricsLog::format_eval(const EvalRecord& r) {
   nlohmann::json j = {{"step", r.step}, {"val_loss", r.val_loss}, {"val_ppl", std::exp(std::min(r.val_loss, 50.0))}};
   std::string acc;
   if (r.val_acc) {
@@ -90,13 +109,15 @@ void MetricsLog::log_eval(const EvalRecord& r) {
   std::printf("eval %6lld | val loss %.4f | val ppl %.2f%s\n", static_cast<long long>(r.step), r.val_loss,
               std::exp(std::min(r.val_loss, 50.0)), acc.c_str());
   std::fflush(stdout);
-  out_ << j.dump() << "\n";
-  out_.flush();
+  return j.dump() + "\n";
 }
 
 void MetricsLog::write_summary(const std::string& json_path, int warmup, double final_loss,
                                std::optional<double> val_loss, std::optional<double> val_acc, bool items_are_tokens) {
-  if (!enabled_) return;
+  if (!enabled_) {
+    agreed_write([] {});
+    return;
+  }
   std::vector<double> ms(step_ms_.begin() + std::min<size_t>(warmup, step_ms_.size()), step_ms_.end());
   std::vector<double> ips(items_per_s_.begin() + std::min<size_t>(warmup, items_per_s_.size()), items_per_s_.end());
   if (ms.empty()) ms = step_ms_, ips = items_per_s_;
@@ -108,8 +129,11 @@ void MetricsLog::write_summary(const std::string& json_path, int warmup, double 
   if (peak_device_bytes_ >= 0) j["peak_device_bytes"] = peak_device_bytes_;
   if (val_loss) j["val_loss"] = *val_loss;
   if (val_acc) j["val_acc"] = *val_acc;
-  std::ofstream f(json_path);
-  f << j.dump(2) << "\n";
+  // The metrics on stable storage, then summary.json through tmp + rename: never empty or half.
+  agreed_write([&] {
+    out_.sync();
+    io::write_file_atomic(json_path, j.dump(2) + "\n");
+  });
   std::printf("summary: median step %.1f ms (after %d warm-up logs), %.0f %s, final loss %.4f", median(ms), warmup,
               median(ips), items_are_tokens ? "tok/s" : "img/s", final_loss);
   if (val_loss) std::printf(", val loss %.4f", *val_loss);

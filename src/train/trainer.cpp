@@ -17,6 +17,7 @@
 #include "resume_state.h"
 #include "save_schedule.h"
 #include "shardtrain/ckpt/manager.h"
+#include "shardtrain/ckpt/preflight.h"
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
@@ -31,6 +32,7 @@
 #include "shardtrain/train/setup.h"
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
@@ -169,9 +171,8 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   }
   runtime::run_agreed(world, [&] {
     if (rt.rank() == 0) {
-      std::ofstream f(out_dir + "/deck.resolved.toml");
-      ST_USER_CHECK(f.good(), "cannot write '", out_dir, "/deck.resolved.toml'");
-      f << d.resolved_toml();
+      ckpt::check_writable_dir(out_dir, "run.out_dir");  // exit 2 before any training
+      io::write_file_atomic(out_dir + "/deck.resolved.toml", d.resolved_toml());  // IoError: file and reason
     }
   });
 
@@ -237,6 +238,8 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   info.strategy = fsdp::to_string(strategy);
   info.shard_group_size = mesh->shard_size();
   info.replicate_size = mesh->replicate_size();
+  // Writable checkpoint dir, a regular `latest`, room for one checkpoint: exit 2 now, not after training.
+  ckpt::preflight(ckpts.dir(), engine, optimizer, info, world);
   const StartPoint start = resume_or_start(s, run_dirs, ckpts, engine, optimizer, *data, plan.global_batch, device,
                                            rt.rank(), rt.size(), world);
   LoopPosition pos = start.pos;
@@ -245,7 +248,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   std::unique_ptr<MetricsLog> metrics_log;
   runtime::run_agreed(world, [&] {
     metrics_log = std::make_unique<MetricsLog>(out_dir + "/" + s.metrics_file, rt.rank() == 0 && !s.metrics_file.empty(),
-                                               start.resumed_step);
+                                               start.resumed_step, world);
   });
   MetricsLog& metrics = *metrics_log;
   StepLogger logger(metrics, engine, tput, s.log_every, s.max_steps, world);

@@ -47,6 +47,11 @@ struct SaveOptions {
   // wait for each other 3 x #params times) or collective ones (true). Metadata is always
   // collective. bench_ckpt compares both.
   bool collective_data = false;
+  // A flush or clean-up of the file that takes longer than this ends the job (exit 5, with
+  // the message first) instead of hanging: HDF5's collective metadata writes wait forever
+  // when a write fails on some ranks only (see save.cpp). Generous: it also bounds the fsync
+  // of the whole file. The default matches comm.timeout_s's.
+  double stuck_seconds = 600;
 };
 
 struct IoStats {

@@ -48,6 +48,8 @@ class H5Id {
   bool valid() const { return id_ >= 0; }
   // Closes now (errors reported); the destructor closes silently.
   void close();
+  // Gives up ownership without closing (the caller closes, or must not: see save.cpp).
+  hid_t release() { return std::exchange(id_, -1); }
   void reset() {
     if (id_ >= 0 && close_) close_(id_);
     id_ = -1;

@@ -1,10 +1,14 @@
 // Training metrics: one console line and one JSONL record per logged step, plus the summary.
 #pragma once
+#include <mpi.h>
+
 #include <cstdint>
-#include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "shardtrain/util/file_io.h"
 
 namespace shardtrain::train {
 
@@ -30,22 +34,30 @@ struct EvalRecord {
   std::optional<double> val_acc;  // classification only
 };
 
-// Rank 0 only: the other ranks construct it with enabled = false and it does nothing.
+// Rank 0 writes: the other ranks construct it with enabled = false. Every record is written
+// whole or not at all (io::AppendFile); a failed write throws IoError (exit 5). With a
+// communicator, every call is collective over it and a failed write on rank 0 throws the same
+// agreed error on every rank; without one (MPI_COMM_NULL) only the writing rank throws.
 class MetricsLog {
  public:
   // resumed_step < 0: a fresh run, the file starts empty. Otherwise the run continues a
   // checkpoint of that step: records of later steps (written before a crash, and about to
   // be written again) are dropped and new records are appended, so the file reads as one run.
-  MetricsLog(const std::string& jsonl_path, bool enabled, int64_t resumed_step = -1);
+  MetricsLog(const std::string& jsonl_path, bool enabled, int64_t resumed_step = -1, MPI_Comm comm = MPI_COMM_NULL);
   void log_step(const StepRecord& r);
   void log_eval(const EvalRecord& r);
-  // Median step time excluding `warmup` first logged steps, throughput and losses.
+  // Median step time excluding `warmup` first logged steps, throughput and losses; written
+  // through summary.json.tmp + rename after the metrics are synced.
   void write_summary(const std::string& json_path, int warmup, double final_loss,
                      std::optional<double> val_loss, std::optional<double> val_acc, bool items_are_tokens);
 
  private:
+  std::string format_step(const StepRecord& r);  // prints the console line, returns the JSONL record
+  std::string format_eval(const EvalRecord& r);
+  void agreed_write(const std::function<void()>& write);
   bool enabled_;
-  std::ofstream out_;
+  MPI_Comm comm_;
+  io::AppendFile out_;
   std::vector<double> step_ms_, items_per_s_;
   int64_t peak_tensor_bytes_ = 0;
   int64_t peak_device_bytes_ = -1;
