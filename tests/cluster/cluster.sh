@@ -75,7 +75,6 @@ check_subnet_free() {
 
 hosts_edit() { # $1 = add N | del: /etc/hosts rewritten in place (it may be a bind mount), under a lock
   local tmp
-  mkdir -p "$STATE_ROOT"
   tmp=$(mktemp)
   (
     flock 9
@@ -85,7 +84,7 @@ hosts_edit() { # $1 = add N | del: /etc/hosts rewritten in place (it may be a bi
       for ((i = 1; i <= $2; i++)); do printf '%s %s  %s\n' "$(addr "$i")" "$(host "$i")" "$HOSTS_TAG" >>"$tmp"; done
     fi
     cat "$tmp" >/etc/hosts
-  ) 9>>"$STATE_ROOT/.hosts.lock"
+  ) 9</etc/hosts
   rm -f "$tmp"
 }
 
@@ -145,6 +144,7 @@ do_stop() {
   if ip link show "$BR" >/dev/null 2>&1; then ip link del "$BR" 2>/dev/null || log "could not delete bridge $BR"; fi
   if grep -qF "$HOSTS_TAG" /etc/hosts 2>/dev/null; then hosts_edit del; fi
   rm -rf "${D:?}"
+  rmdir "$STATE_ROOT" 2>/dev/null || true   # when no other cluster is up
   [[ ${1:-} == quiet ]] || log "$NAME stopped"
 }
 

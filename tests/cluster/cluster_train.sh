@@ -29,6 +29,15 @@ rc=$?
 set -e
 if [ $rc = 3 ]; then echo "SKIP: ${why#cluster: }"; exit $SKIP; fi
 [ $rc = 0 ] || fail "cluster.sh check exited $rc: $why"
+# A cluster left by a run of this test that was killed (SIGKILL: ctest's timeout) is removed here:
+# test clusters record the test's pid in their state folder.
+for owner in /run/shardtrain-cluster/t*/owner; do
+  [ -f "$owner" ] || continue
+  kill -0 "$(cat "$owner")" 2>/dev/null && continue
+  name=$(basename "$(dirname "$owner")")
+  echo "removing the stale test cluster $name"
+  SHARDTRAIN_CLUSTER=$name "$CL/cluster.sh" stop || true
+done
 cluster_cleanup() {
   local rc=$?
   "$CL/cluster.sh" stop >/dev/null 2>&1 || true   # namespaces, links, qdiscs, /etc/hosts lines, by name
@@ -36,7 +45,10 @@ cluster_cleanup() {
   exit $rc
 }
 trap cluster_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 "$CL/cluster.sh" start 4 || fail "cluster.sh start 4"
+echo $$ > "/run/shardtrain-cluster/$SHARDTRAIN_CLUSTER/owner"
 mapfile -t HOSTS < <("$CL/cluster.sh" hosts)
 N1=${HOSTS[0]} N2=${HOSTS[1]}
 note "cluster $SHARDTRAIN_CLUSTER up: ${HOSTS[*]} on 198.18.$net.0/24 after $((SECONDS - T0)) s"
