@@ -8,7 +8,9 @@
 #          continuation to the bit: same ranks, same shard group) and at 1 node x 2 ranks (within
 #          fp32 rounding: other reduction order)
 #   kill   kill -9 of rank 3 (node 2) mid-step: the ranks on node 1 are gone within comm.timeout_s,
-#          and the job's report names rank 3 and its host
+#          and the job's report names rank 3 and its host (mpirun's: it ends the job at once)
+#   hang   rank 3 (node 2) stalls mid-step: after comm.timeout_s the watchdog of a rank on node 1
+#          reports it, naming world rank 3 and its host, and the job exits 3
 #   usr1   SIGUSR1 to the launcher: one agreed checkpoint, exit 42 on every rank of both nodes
 # Tiny GPT on byte tokens (tests/e2e/train/tiny.toml), dropout off, 8 steps.
 # Usage: bash cluster_train.sh SHARDTRAIN MPIEXEC [mpirun flags]; exit 77 = skipped (the reason
@@ -139,6 +141,25 @@ grep -Eq "rank 3 .*on node $N2|rank 3 \(world 3\).*$N2|world rank 3.*$N2" "$T/K.
 note "kill: the ranks on $N1 ended $gone s after the kill (limit ${TIMEOUT_S} s), exit $RC; report:"
 grep -E "rank 3|$N2" "$T/K.log" | head -5
 
+HANG_S=5
+note "hang: rank 3 on $N2 stops in step 3 (comm.timeout_s=$HANG_S): the watchdog on $N1 reports it with its host"
+export SHARDTRAIN_TEST_PAUSE=mid_step:3:3 SHARDTRAIN_TEST_PAUSE_MARKER=$T/H.paused
+"$CL/mpirun-cluster" --nodes 2 -np 4 "$ST" train "$DECK" --set "data.dataset=$T/data" --set "run.out_dir=$T/H" \
+  "${COMMON[@]}" --set comm.timeout_s=$HANG_S > "$T/H.log" 2>&1 &
+BG_PID=$!
+wait_file "$T/H.paused" 60
+unset SHARDTRAIN_TEST_PAUSE SHARDTRAIN_TEST_PAUSE_MARKER
+t_hang=$SECONDS
+wait_bg
+took=$((SECONDS - t_hang))
+[ "$RC" = 3 ] || { cat "$T/H.log"; fail "hang: the job exited $RC, expected 3 (collective timed out)"; }
+[ "$took" -le $((HANG_S + 15)) ] || fail "hang: the job took $took s to end after the stall (timeout $HANG_S s)"
+# A rank of node 1 (world rank 0 or 1) reports, naming the stalled rank and its host.
+grep -q "^shardtrain watchdog \[rank [01]\]" "$T/H.log" || { cat "$T/H.log"; fail "hang: no watchdog report from a rank on $N1"; }
+grep -q "hosts of those ranks: .*world rank 3 on $N2" "$T/H.log" || { cat "$T/H.log"; fail "hang: the report does not name world rank 3 on $N2"; }
+note "hang: ended $took s after the stall, exit 3; report:"
+grep -E "^shardtrain watchdog|NOT ARRIVED|hosts of those ranks" "$T/H.log" | head -4
+
 note "usr1: SIGUSR1 to the launcher while rank 3 ($N2) is in step 3: one agreed checkpoint, exit 42 everywhere"
 export SHARDTRAIN_TEST_PAUSE=mid_step:3:3 SHARDTRAIN_TEST_PAUSE_MARKER=$T/U.paused
 # Each rank under rank-exit, which passes SIGUSR1 on and prints the rank's host and exit code.
@@ -158,4 +179,4 @@ done
 [ "$(ls "$T/U/checkpoints" | grep -c '^step_.*\.h5$')" = 1 ] || fail "usr1: checkpoints: $(ls "$T/U/checkpoints")"
 "$ST" ckpt verify "$(ckpt_file "$T/U" 3)" > /dev/null || fail "usr1: ckpt verify of step 3"
 
-note "OK: info, 5 strategies bit-identical to one host, resume at 4 x 1 and 1 x 2, kill -9, SIGUSR1 in $((SECONDS - T0)) s"
+note "OK: info, 5 strategies bit-identical to one host, resume at 4 x 1 and 1 x 2, kill -9, hang, SIGUSR1 in $((SECONDS - T0)) s"
