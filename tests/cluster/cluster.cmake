@@ -2,8 +2,9 @@
 # network + UTS namespaces on a bridge (each node its own hostname and address in
 # 198.18.0.0/15), tests/cluster/mpirun-cluster launches across it. One script runs every check
 # in one cluster start (info, the five strategies against one host, resume at 4 x 1 and 1 x 2,
-# kill -9 on node 2, SIGUSR1), ~2 minutes on 2 cores. Skipped (exit 77, the reason printed) where
-# namespaces cannot be made (not root, no CAP_NET_ADMIN); the cluster is removed on every exit.
+# kill -9 on node 2, a stalled rank on node 2 and the watchdog's report, SIGUSR1), ~2 minutes on
+# 2 cores. Skipped (exit 77, the reason printed) where namespaces cannot be made (not root, no
+# CAP_NET_ADMIN); the cluster is removed on every exit.
 if(TARGET shardtrain)
   add_test(NAME cluster_train
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cluster_train.sh $<TARGET_FILE:shardtrain> ${MPIEXEC_EXECUTABLE}
