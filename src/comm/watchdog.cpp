@@ -8,7 +8,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "flight_recorder.h"
@@ -28,6 +30,7 @@ struct Entry {
   MPI_Comm query = MPI_COMM_NULL;
   int rank = 0, size = 1;
   std::vector<int> world_ranks;  // group rank -> MPI_COMM_WORLD rank
+  std::vector<std::string> hosts;  // group rank -> host name (MPI_Get_processor_name)
 };
 
 class Watchdog {
@@ -47,6 +50,18 @@ class Watchdog {
     ST_MPI_CHECK(MPI_Group_translate_ranks(g, e.size, ranks.data(), world, e.world_ranks.data()));
     ST_MPI_CHECK(MPI_Group_free(&g));
     ST_MPI_CHECK(MPI_Group_free(&world));
+    // The host of every member, for the report (a rank that never answers is named with its
+    // host). Every member registers right after creating the communicator, so this collective
+    // on the not yet watched query communicator meets the same call on the others.
+    char name[MPI_MAX_PROCESSOR_NAME] = {0};
+    int len = 0;
+    ST_MPI_CHECK(MPI_Get_processor_name(name, &len));
+    std::vector<char> all(static_cast<size_t>(e.size) * MPI_MAX_PROCESSOR_NAME, 0);
+    ST_MPI_CHECK(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                               MPI_CHAR, query));
+    for (int i = 0; i < e.size; ++i)
+      e.hosts.emplace_back(&all[static_cast<size_t>(i) * MPI_MAX_PROCESSOR_NAME],
+                           strnlen(&all[static_cast<size_t>(i) * MPI_MAX_PROCESSOR_NAME], MPI_MAX_PROCESSOR_NAME));
 
     std::lock_guard<std::mutex> life(life_mu_);
     {
@@ -153,7 +168,7 @@ class Watchdog {
                 f.op, " of ", f.numel, " ", f.dtype, " elements, outstanding for ", f.running_s,
                 " s\n");
     if (!query_error.empty()) s += concat("  (querying peers failed: ", query_error, ")\n");
-    std::vector<std::string> missing, silent;
+    std::vector<std::string> missing, silent, where;
     for (int q = 0; q < e.size; ++q) {
       Watched::Progress p = mine;
       if (q != e.rank) p = {replies[3 * q], replies[3 * q + 1], replies[3 * q + 2]};
@@ -161,6 +176,7 @@ class Watchdog {
       if (q != e.rank && !got[q]) {
         s += concat("  ", who, ": NOT RESPONDING (no reply within ", kWatchdogReplyWaitS, " s)\n");
         silent.push_back(concat(q, " (world ", e.world_ranks[q], ")"));
+        where.push_back(concat("world rank ", e.world_ranks[q], " on ", e.hosts[q]));
       } else if (p.entered >= f.seq) {
         s += concat("  ", who, ": arrived (entered seq ", p.entered, ", issued ", p.issued,
                     ", completed ", p.completed, ")\n");
@@ -168,6 +184,7 @@ class Watchdog {
         s += concat("  ", who, ": NOT ARRIVED at seq ", f.seq, ": entered seq ", p.entered,
                     ", issued ", p.issued, ", completed ", p.completed, "\n");
         missing.push_back(concat(q, " (world ", e.world_ranks[q], ") at seq ", p.entered));
+        where.push_back(concat("world rank ", e.world_ranks[q], " on ", e.hosts[q]));
       }
     }
     auto join = [](const std::vector<std::string>& v) {
@@ -177,6 +194,7 @@ class Watchdog {
     };
     s += concat("  ranks of '", e.w->watched_name(), "' not arrived at seq ", f.seq, ": ",
                 join(missing), "; not responding: ", join(silent), "\n");
+    if (!where.empty()) s += concat("  hosts of those ranks: ", join(where), "\n");
     if (missing.empty() && silent.empty())
       s += "  every rank entered the collective: it is stuck inside the backend (network, "
            "mismatched sizes or ops?)\n";

@@ -349,6 +349,24 @@ bool spans_hosts(const std::vector<int>& members, int ranks_per_host) {
   return false;
 }
 
+// Ring edges that leave the busiest host when every group of a family runs its ring at once,
+// in group-rank order (family "shard": the groups [kS, (k+1)S); "replicate": {j, j+S, j+2S, ...}).
+// A rank sends its ring bytes along its edge to the next member; an edge to another host
+// crosses the sender's link, so a host's link carries (edges leaving it) x (bytes per rank).
+// full_shard over 2 hosts of 2: 1 edge (1 -> 2); hybrid_shard's replicate groups {0,2}, {1,3}:
+// 2 edges (0 -> 2 and 1 -> 3 share host 0's link).
+int ring_edges_leaving_busiest_host(int N, int G, int S, bool shard_family) {
+  std::vector<int> leaving(static_cast<size_t>(N / G), 0);
+  const int groups = shard_family ? N / S : S, members = shard_family ? S : N / S;
+  auto rank_of = [&](int g, int i) { return shard_family ? g * S + i : g + i * S; };
+  for (int g = 0; g < groups && members > 1; ++g)
+    for (int i = 0; i < members; ++i) {
+      const int from = rank_of(g, i) / G, to = rank_of(g, (i + 1) % members) / G;
+      if (from != to) ++leaving[from];
+    }
+  return *std::max_element(leaving.begin(), leaving.end());
+}
+
 struct Instant {
   const char* name;
   int64_t unsharded, grad_buffers, activations;
@@ -503,13 +521,13 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   // Communication per rank per step (ring algorithms: an all-gather or reduce-scatter over S
   // ranks sends (S-1)/S of the buffer, an all-reduce over R ranks 2(R-1)/R).
   const int64_t b_reduce = dtype_bytes(ps.engine.mp.reduce_dtype);
-  double ag = 0, rs = 0, ar = 0;
+  double ag = 0, rs = 0, ar_rep = 0, ar_world = 0;
   const double ring = S > 1 ? static_cast<double>(S - 1) / S : 0.0;
   const int R = p.replicate_size;
   for (const auto& u : p.units) {
     for (const auto& f : u.flats) {
       if (u.is_ignored) {
-        if (N > 1) ar += 4.0 * f.numel * 2.0 * (N - 1) / N;
+        if (N > 1) ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
         continue;
       }
       const int gathers = u.is_root ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
@@ -517,17 +535,26 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
         ag += ps.grad_accum * gathers * ring * f.padded * f.elem_bytes();
         rs += ps.grad_accum * ring * f.padded * b_reduce;
       }
-      if (R > 1) ar += 4.0 * f.shard_numel * 2.0 * (R - 1) / R;
+      if (R > 1) ar_rep += 4.0 * f.shard_numel * 2.0 * (R - 1) / R;
     }
   }
   p.comm.all_gather = static_cast<int64_t>(ag);
   p.comm.reduce_scatter = static_cast<int64_t>(rs);
-  p.comm.all_reduce = static_cast<int64_t>(ar);
+  p.comm.all_reduce = static_cast<int64_t>(ar_rep + ar_world);
   const int64_t shard_part = p.comm.all_gather + p.comm.reduce_scatter;
   (p.shard_spans_hosts ? p.comm.inter_host : p.comm.intra_host) += shard_part;
   (p.replicate_spans_hosts || (st == fsdp::Strategy::NoShard && N > G) ? p.comm.inter_host : p.comm.intra_host) +=
       p.comm.all_reduce;
-  p.comm_cost = static_cast<double>(p.comm.intra_host) + ps.inter_host_weight * static_cast<double>(p.comm.inter_host);
+  // What crosses the busiest host's link, and the cost of each family of rings: bytes per rank
+  // times max(1, W x edges that share the link): a ring runs at its slowest edge, and the rings
+  // of one family run at the same time (hybrid_shard's replicate groups all cross one link).
+  // Ignored units' all-reduces run over the world (a replicate family of shard size 1).
+  const int es = ring_edges_leaving_busiest_host(N, G, S, true);
+  const int er = ring_edges_leaving_busiest_host(N, G, S, false);
+  const int ew = ring_edges_leaving_busiest_host(N, G, 1, false);
+  p.comm.inter_host_link = static_cast<int64_t>(es * (ag + rs) + er * ar_rep + ew * ar_world);
+  auto cost = [&](double bytes, int edges) { return bytes * std::max(1.0, ps.inter_host_weight * edges); };
+  p.comm_cost = cost(ag + rs, es) + cost(ar_rep, er) + cost(ar_world, ew);
   return p;
 }
 
@@ -768,6 +795,7 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   row("all-reduce / step", [](const StrategyPlan& p) { return format_bytes(p.comm.all_reduce); });
   row("intra-host / step", [](const StrategyPlan& p) { return format_bytes(p.comm.intra_host); });
   row("inter-host / step", [](const StrategyPlan& p) { return format_bytes(p.comm.inter_host); });
+  row("host link / step", [](const StrategyPlan& p) { return format_bytes(p.comm.inter_host_link); });
   row("peak at", [](const StrategyPlan& p) { return p.mem.peak_at; });
   os << "\n";
   for (const auto& p : plans) os << sharding_diagram(ps, p) << "\n";
@@ -785,7 +813,8 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
     os << "recommendation: parallel.strategy = \"" << fsdp::to_string(p.strategy) << "\""
        << (rc ? " with fsdp.activation_checkpointing = true" : "") << " (peak " << format_bytes(m.total) << " of "
        << format_bytes(device_bytes) << ", " << format_bytes(p.comm.intra_host) << " intra-host + "
-       << format_bytes(p.comm.inter_host) << " inter-host per step): the least communication among the strategies"
+       << format_bytes(p.comm.inter_host) << " inter-host per rank, " << format_bytes(p.comm.inter_host_link)
+       << " over each host's link per step): the least communication among the strategies"
        << " that fit" << (rc ? "; none fits without recomputation" : " without recomputation") << "\n";
   }
   return os.str();

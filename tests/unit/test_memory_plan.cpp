@@ -144,6 +144,14 @@ TEST(MemoryPlan, CommunicationVolumes) {
   EXPECT_EQ(hs.comm.all_reduce, static_cast<int64_t>(1.0 * all / 2 * 4));
   EXPECT_EQ(hs.comm.intra_host, hs.comm.all_gather + hs.comm.reduce_scatter);
   EXPECT_EQ(hs.comm.inter_host, hs.comm.all_reduce);
+  // A host's link: full_shard's and no_shard's rings leave each host once; hybrid's two
+  // replicate rings ({0,2}, {1,3}) both leave host 0 (what the veth counters of
+  // perf/cluster/run.sh measure).
+  EXPECT_NEAR(fs.comm.inter_host_link, fs.comm.inter_host, 2);
+  EXPECT_NEAR(ns.comm.inter_host_link, ns.comm.all_reduce, 2);
+  EXPECT_NEAR(hs.comm.inter_host_link, 2 * hs.comm.all_reduce, 2);
+  // On one host nothing crosses a link.
+  EXPECT_EQ(train::plan_strategy(gpt2(4, 4), fsdp::Strategy::FullShard).comm.inter_host_link, 0);
   // Gradient accumulation multiplies the per-micro-batch collectives only.
   ps.grad_accum = 3;
   StrategyPlan hs3 = train::plan_strategy(ps, fsdp::Strategy::HybridShard);

@@ -103,6 +103,9 @@ struct MemoryBreakdown {
 struct CommVolume {
   int64_t all_gather = 0, reduce_scatter = 0, all_reduce = 0;
   int64_t intra_host = 0, inter_host = 0;
+  // Bytes the busiest host sends over its link per step (ring edges that leave the host x bytes
+  // per rank; hybrid_shard's replicate rings all cross it): what a host's network counters show.
+  int64_t inter_host_link = 0;
   int64_t total() const { return all_gather + reduce_scatter + all_reduce; }
 };
 
@@ -115,7 +118,9 @@ struct StrategyPlan {
   MemoryBreakdown mem_no_recompute;   // activation_checkpointing = false
   MemoryBreakdown mem_recompute;      // activation_checkpointing = true
   CommVolume comm;
-  double comm_cost = 0;               // intra + inter_host_weight x inter bytes
+  // Sum over the collectives' ring families of bytes per rank x max(1, inter_host_weight x the
+  // family's ring edges on the busiest host's link): intra-host bytes of equal time.
+  double comm_cost = 0;
 };
 
 StrategyPlan plan_strategy(const PlanSettings& s, fsdp::Strategy strategy);

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The hybrid-shard experiment on a real (namespace) cluster: 2 nodes x 2 ranks of
+# tests/cluster/cluster.sh, the inter-node link unshaped, at 1 Gbit/s and at 250 Mbit/s (tbf on
+# each node's egress), every strategy: step time, exposed-communication share (metrics.jsonl), and
+# the bytes that crossed each node's link per step (the node's veth counters in
+# /sys/class/net/stv-*/statistics, Ethernet frames: payload + TCP/IP/Ethernet headers), next to
+# `shardtrain plan`'s inter-host bytes per step and its recommendation for that link.
+#
+#   perf/cluster/run.sh [SHARDTRAIN] [--rates "none 1gbit 250mbit"] [--strategies "..."] [--steps K] [--table-only]
+#
+# Bytes per step: two runs per cell, W and W+K steps (same deck, same start-up, same final
+# checkpoint); (counters after the longer - counters after the shorter) / K cancels MPI wire-up,
+# initialisation and the checkpoint write. Step time and comm share: the median of the longer
+# run's steps after the first W. Output: a Markdown table on stdout, raw numbers in $OUT/raw.tsv
+# (OUT=perf/cluster/out by default). Needs root (namespaces); the cluster is removed on exit.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+ST=$REPO/build/bin/shardtrain
+[[ ${1:-} != --* && -n ${1:-} ]] && { ST=$(realpath "$1"); shift; }
+RATES="none 1gbit 250mbit"
+STRATS="full_shard shard_grad_op no_shard hybrid_shard hybrid_shard_zero2"
+K=6 W=2 TABLE_ONLY=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --rates) RATES=$2; shift 2 ;;
+    --strategies) STRATS=$2; shift 2 ;;
+    --steps) K=$2; shift 2 ;;
+    --table-only) TABLE_ONLY=1; shift ;;   # the runs' raw.tsv exists: weights, planner and table only
+    *) echo "usage: $0 [SHARDTRAIN] [--rates R] [--strategies S] [--steps K]" >&2; exit 2 ;;
+  esac
+done
+DECK=$HERE/wide.toml
+OUT=${OUT:-$HERE/out}
+mkdir -p "$OUT"
+CL=$REPO/tests/cluster
+export SHARDTRAIN_CLUSTER=${SHARDTRAIN_CLUSTER:-pf} SHARDTRAIN_CLUSTER_NET=${SHARDTRAIN_CLUSTER_NET:-20}
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+# Ring all-gathers and all-reduces, as the planner assumes (shardtrain's reduce-scatter is its own
+# ring already). Open MPI's defaults at 4 ranks are recursive doubling (all-gather: each host
+# sends the whole gathered buffer, 4/3 of the ring's 3/4) and Rabenseifner (all-reduce: 1x the
+# buffer instead of the ring's 1.5x); COLL=default keeps them.
+if [[ ${COLL:-ring} == ring ]]; then
+  export OMPI_MCA_coll_tuned_use_dynamic_rules=1 OMPI_MCA_coll_tuned_allgather_algorithm=4 OMPI_MCA_coll_tuned_allreduce_algorithm=4
+fi
+trap '"$CL/cluster.sh" stop >/dev/null 2>&1 || true' EXIT
+trap 'exit 1' INT TERM
+"$CL/cluster.sh" start 2
+
+# link_bytes: "tx1 rx1 tx2 rx2" of the nodes (the root-side veth's rx = what the node sent)
+link_bytes() {
+  local i v
+  for i in 1 2; do
+    v=stv-$SHARDTRAIN_CLUSTER-n$i
+    echo -n "$(cat /sys/class/net/$v/statistics/rx_bytes) $(cat /sys/class/net/$v/statistics/tx_bytes) "
+  done
+  echo
+}
+run() { # STRATEGY STEPS DIR: prints the counter deltas "tx1 rx1 tx2 rx2"
+  local before after
+  rm -rf "$3"
+  before=$(link_bytes)
+  "$CL/mpirun-cluster" -np 4 "$ST" train "$DECK" --set parallel.strategy="$1" --set train.max_steps="$2" \
+    --set run.out_dir="$3" > "$3.log" 2>&1 || { tail -20 "$3.log" >&2; echo "run $1 $2 failed" >&2; exit 1; }
+  after=$(link_bytes)
+  paste -d' ' <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after") | awk 'NF == 2 { printf "%d ", $2 - $1 } END { print "" }'
+}
+median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+# The planner, for 4 ranks, 2 per host; the link's weight for the recommendation:
+# one inter-host byte costs W intra-host bytes, W = (intra-host bandwidth) / (link bandwidth).
+plan_out() { "$ST" plan "$DECK" --ranks 4 --ranks-per-host 2 "$@" 2>/dev/null; }
+
+if [[ $TABLE_ONLY == 0 ]]; then
+echo -e "rate\tstrategy\tstep_ms\tcomm_share\tnode1_tx_per_step\tnode1_rx_per_step\tnode2_tx_per_step\tnode2_rx_per_step" > "$OUT/raw.tsv"
+for rate in $RATES; do
+  "$CL/cluster.sh" rate "$rate"
+  for s in $STRATS; do
+    a=$(run "$s" "$W" "$OUT/$rate-$s-short")
+    b=$(run "$s" $((W + K)) "$OUT/$rate-$s")
+    per=$(paste -d' ' <(tr ' ' '\n' <<<"$a") <(tr ' ' '\n' <<<"$b") | awk -v k="$K" 'NF == 2 { printf "%.0f\t", ($2 - $1) / k }')
+    m=$OUT/$rate-$s/metrics.jsonl
+    ms=$(sed -n 's/.*"step":\([0-9]*\).*/\1 &/p' "$m" | awk -v w="$W" '$1 > w' | sed -n 's/.*"step_ms":\([^,}]*\).*/\1/p' | median)
+    cs=$(sed -n 's/.*"step":\([0-9]*\).*/\1 &/p' "$m" | awk -v w="$W" '$1 > w' | sed -n 's/.*"comm_share":\([^,}]*\).*/\1/p' | median)
+    echo -e "$rate\t$s\t$ms\t$cs\t${per%$'\t'}" | tee -a "$OUT/raw.tsv" >&2
+  done
+done
+fi
+# The link weight for the planner, per setting: W = bandwidth of one ring edge inside a node /
+# bandwidth of the node's link, both measured with `shardtrain bench collectives` (all_gather of
+# 4-16 MiB at 2 ranks, the best busbw): 2 ranks on node 1 (shared memory), then 1 rank on each
+# node (TCP over the link, at each rate).
+busbw() { # nodes: the best busbw (GB/s) of 2 ranks on that many nodes
+  "$CL/mpirun-cluster" --nodes "$1" -np 2 "$ST" bench collectives --op all_gather --min-bytes 4M --max-bytes 16M \
+    --dtype fp32 --iters 8 --warmup 2 2>/dev/null | awk '$1 == "all_gather" { if ($7 > b) b = $7 } END { print b }'
+}
+intra=$(busbw 1)
+echo -e "rate\tintra_GBps\tlink_GBps\tW" > "$OUT/weights.tsv"
+for rate in $RATES; do
+  "$CL/cluster.sh" rate "$rate"
+  inter=$(busbw 2)
+  echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.1f", a / b }')" >> "$OUT/weights.tsv"
+done
+"$CL/cluster.sh" stop
+trap - EXIT
+cat "$OUT/weights.tsv" >&2
+
+# The planner's host-link bytes per step ("host link / step", busiest host) per strategy, and
+# its recommendation at each W.
+to_bytes() { awk '{ v = $1; u = $2; m = 1; if (u == "KiB") m = 1024; if (u == "MiB") m = 1048576; if (u == "GiB") m = 1073741824; printf "%.0f", v * m }'; }
+declare -A PLAN REC
+for rate in $RATES; do
+  w=$(awk -v r="$rate" '$1 == r { print $4 }' "$OUT/weights.tsv")
+  plan=$("$ST" plan "$DECK" --ranks 4 --ranks-per-host 2 --inter-host-weight "$w" 2>/dev/null)
+  REC[$rate]=$(sed -n 's/^recommendation: parallel.strategy = "\([a-z_0-9]*\)".*/\1/p' <<<"$plan")
+  header=$(grep -m1 -E '^ +full_shard' <<<"$plan")
+  line=$(grep -m1 '^host link / step' <<<"$plan" | sed 's/^host link \/ step *//')
+  i=0
+  for s in $header; do
+    PLAN[$s]=$(awk -v i=$i '{ n = split($0, a, /  +/); print a[i + 1] }' <<<"$(sed 's/^ *//' <<<"$line")" | to_bytes)
+    i=$((i + 1))
+  done
+done
+
+mb() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1e6 }'; }
+echo "| link | W | strategy | step (ms) | exposed comm | node 1 sent / step (MB) | node 2 sent / step (MB) | plan: host link / step (MB) | measured / plan | plan recommends | measured fastest |"
+echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|"
+for rate in $RATES; do
+  w=$(awk -v r="$rate" '$1 == r { print $4 }' "$OUT/weights.tsv")
+  fastest=$(awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | sort -t$'\t' -k3,3g | head -1 | cut -f2)
+  awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | while IFS=$'\t' read -r _ s ms cs tx1 rx1 tx2 rx2; do
+    p=${PLAN[$s]}
+    ratio=$(awk -v a="$tx1" -v b="$tx2" -v p="$p" 'BEGIN { m = a > b ? a : b; printf "%.3f", m / p }')
+    echo "| $rate | $w | $s | $(printf %.0f "$ms") | $(awk -v c="$cs" 'BEGIN { printf "%.0f%%", 100 * c }') | $(mb "$tx1") | $(mb "$tx2") | $(mb "$p") | $ratio | ${REC[$rate]} | $fastest |"
+  done
+done
