@@ -23,6 +23,18 @@ void throw_h5_error(const char* call, const char* file, int line) {
       std::string(call) + " failed" + (why.empty() ? "" : ": " + why));
 }
 
+std::string h5_innermost_message() {
+  std::string why;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD,
+           [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
+             if (n == 0 && e->desc) *static_cast<std::string*>(out) = e->desc;
+             return 0;
+           },
+           &why);
+  H5Eclear2(H5E_DEFAULT);
+  return why;
+}
+
 void quiet_hdf5() {
   static std::once_flag once;
   std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });

@@ -169,19 +169,6 @@ constexpr double kCleanupSeconds = 60;  // an agreed clean-up is a few ms; this 
   throw failure;
 }
 
-// HDF5's innermost message for the debug log (the user-facing reason comes from errno).
-std::string h5_reason() {
-  std::string why;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD,
-           [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
-             if (n == 0 && e->desc) *static_cast<std::string*>(out) = e->desc;
-             return 0;
-           },
-           &why);
-  H5Eclear2(H5E_DEFAULT);
-  return why;
-}
-
 // Creates path.tmp on rank 0 with POSIX calls first: the reason a directory refuses the file
 // (read-only, permissions, no space for even a reservation) comes back as errno, before any
 // HDF5 call. Returns the failure message ("" = ok).
@@ -242,7 +229,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
       if (f < 0) {
         if (rank == 0) ::unlink(tmp.c_str());  // rank0_prepare made it
-        failure = where + "cannot create the file with MPI-IO: " + h5_reason();
+        failure = where + "cannot create the file with MPI-IO: " + detail::h5_innermost_message();
       } else {
         file = H5Id(f, H5Fclose);
       }
@@ -336,7 +323,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
             errno = 0;
             if (H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, data_dxpl, src) < 0 && failure.empty()) {
               const int e = errno;  // MPI-IO's pwrite errno, before anything else can change it
-              const std::string h5 = h5_reason();
+              const std::string h5 = detail::h5_innermost_message();
               log::debug(log::fmt("checkpoint ", tmp, ": H5Dwrite of ", dpath, " failed: ", h5, " (errno ", e, ")"));
               failure = where + "write failed: " + detail::write_failure_reason(e, dir, need);
             }
@@ -383,7 +370,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       errno = 0;
       if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) {
         const int e = errno;
-        log::debug(log::fmt("checkpoint ", tmp, ": H5Fflush failed: ", h5_reason(), " (errno ", e, ")"));
+        log::debug(log::fmt("checkpoint ", tmp, ": H5Fflush failed: ", detail::h5_innermost_message(), " (errno ", e, ")"));
         failure = where + "write failed (flush): " + detail::write_failure_reason(e, dir, need);
       }
       if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
@@ -392,7 +379,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       errno = 0;
       if (H5Fclose(file.release()) < 0) {
         const int e = errno;
-        log::debug(log::fmt("checkpoint ", tmp, ": H5Fclose failed: ", h5_reason(), " (errno ", e, ")"));
+        log::debug(log::fmt("checkpoint ", tmp, ": H5Fclose failed: ", detail::h5_innermost_message(), " (errno ", e, ")"));
         failure = where + "write failed (close): " + detail::write_failure_reason(e, dir, need);
       }
       if (auto f = detail::agree_failure(world, failure)) {

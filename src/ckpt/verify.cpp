@@ -48,14 +48,7 @@ H5Id open_checkpoint(const std::string& path, MPI_Comm comm) {
   if (comm != MPI_COMM_NULL) ST_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
   if (f < 0) {
-    std::string why;
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD,
-             [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
-               if (n == 0 && e->desc) *static_cast<std::string*>(out) = e->desc;
-               return 0;
-             },
-             &why);
-    H5Eclear2(H5E_DEFAULT);
+    const std::string why = detail::h5_innermost_message();
     throw UserError("checkpoint " + path + ": cannot open as HDF5 (missing, truncated or not HDF5" +
                     (why.empty() ? "" : ": " + why) + ")");
   }

@@ -1,6 +1,8 @@
 // trainer_settings_from_deck: every key the step loop and its components use, read once.
 #include "loop_settings.h"
 
+#include <algorithm>
+
 namespace shardtrain::train {
 
 TrainerSettings trainer_settings_from_deck(const deck::Deck& d) {
@@ -25,6 +27,9 @@ TrainerSettings trainer_settings_from_deck(const deck::Deck& d) {
   s.every_minutes = d.get_float("checkpoint.every_minutes");
   s.keep_last = static_cast<int>(d.get_int("checkpoint.keep_last"));
   s.async = d.get_bool("checkpoint.async");
+  // Never below 600 s: a short comm.timeout_s (quick hang detection) must not cut off the
+  // flush of a large checkpoint on a slow filesystem.
+  s.write_deadline_s = std::max(600.0, d.get_float("comm.timeout_s"));
   return s;
 }
 

@@ -27,6 +27,7 @@ struct TrainerSettings {
   double every_minutes = 0;
   int keep_last = 1;
   bool async = false;
+  double write_deadline_s = 600;  // max(600 s, comm.timeout_s): a stuck checkpoint write ends the job (exit 5)
 };
 
 TrainerSettings trainer_settings_from_deck(const deck::Deck& d);

@@ -4,6 +4,7 @@
 #include "shardtrain/train/trainer.h"
 
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/Exception.h>
 
 #include <cstdio>
 #include <fstream>
@@ -44,10 +45,29 @@
 namespace shardtrain::train {
 namespace {
 
-double allreduce(double v, MPI_Op op, MPI_Comm c) {
-  double out = 0;
-  ST_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, op, c));
-  return out;
+// A step that runs out of memory is the deck's doing (batch, sequence, model, strategy), not a
+// bug: one line naming what to change, exit 2, instead of a library trace and exit 1. It is
+// raised on the ranks that ran out only, so the job aborts (the others wait in a collective).
+template <typename F>
+auto out_of_memory_is_user_error(int64_t step, F&& fn) -> decltype(fn()) {
+  auto hint = [&](const std::string& what) {
+    return UserError(log::fmt("step ", step, ": out of memory (", what.substr(0, what.find('\n')),
+                              "): lower train.micro_batch (raise train.grad_accum to keep the global batch), "
+                              "model.seq_len or the model size, or shard more (parallel.strategy = full_shard, "
+                              "fsdp.activation_checkpointing = true); `shardtrain plan DECK --ranks N` estimates "
+                              "the peak per rank"));
+  };
+  try {
+    return fn();
+  } catch (const std::bad_alloc& e) {
+    throw hint(e.what());
+  } catch (const c10::OutOfMemoryError& e) {
+    throw hint(e.what());
+  } catch (const c10::Error& e) {
+    const std::string m = e.what();
+    if (m.find("can't allocate memory") == std::string::npos && m.find("out of memory") == std::string::npos) throw;
+    throw hint(m);
+  }
 }
 
 struct StartPoint {
@@ -197,8 +217,11 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   fsdp::ShardedOptimizer optimizer(engine, opt_cfg);
   const int64_t params = model::parameter_count(spec);
 
-  const double peak_tflops =
-      s.peak_tflops > 0 ? s.peak_tflops : allreduce(measure_peak_tflops(eopts.mp.param_dtype, device), MPI_MIN, world);
+  double peak_tflops = s.peak_tflops;
+  if (peak_tflops <= 0) {  // the slowest rank's measured matmul rate
+    const double mine = measure_peak_tflops(eopts.mp.param_dtype, device);
+    ST_MPI_CHECK(MPI_Allreduce(&mine, &peak_tflops, 1, MPI_DOUBLE, MPI_MIN, world));
+  }
   const bool lm = !data->classification();
   ThroughputModel tput;
   tput.items_per_step = plan.global_batch * (lm ? data->tokens_per_item() : 1);
@@ -231,7 +254,9 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   }
 
   // ---- checkpoints: resume or start ---------------------------------------------------
-  ckpt::CheckpointManager ckpts(s.ckpt_dir, s.keep_last, world, s.async, {}, run_dirs.run_id);
+  ckpt::SaveOptions save_opts;
+  save_opts.stuck_seconds = s.write_deadline_s;
+  ckpt::CheckpointManager ckpts(s.ckpt_dir, s.keep_last, world, s.async, save_opts, run_dirs.run_id);
   ckpt::CheckpointInfo info;
   info.deck_text = d.resolved_toml();
   info.model_spec_json = model_spec_json(spec);
@@ -301,7 +326,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   int exit_code = kExitOk;
   bool diverged = false;
   while (!finished(pos)) {
-    const StepResult r = train_step(pos);
+    const StepResult r = out_of_memory_is_user_error(pos.step + 1, [&] { return train_step(pos); });
     advance(pos);
     logger.after_step(pos.step, pos.tokens_seen, r);
     if (divergence.gives_up(pos.step, r, logger.last_loss(), checkpointer.last_saved())) {

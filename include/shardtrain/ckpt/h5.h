@@ -14,6 +14,8 @@ namespace shardtrain::ckpt::detail {
 [[noreturn]] void throw_h5_error(const char* call, const char* file, int line);
 // Turns off HDF5's automatic error-stack printing (we report errors ourselves). Idempotent.
 void quiet_hdf5();
+// The innermost message of HDF5's current error stack ("" if none), which it then clears.
+std::string h5_innermost_message();
 }  // namespace shardtrain::ckpt::detail
 
 // ST_H5_CHECK(call): evaluates an HDF5 call returning hid_t/herr_t/htri_t/ssize_t and
