@@ -21,7 +21,6 @@
 #include "spec_json.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
-#include "shardtrain/model/vit.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/alloc_tracker.h"
@@ -176,11 +175,8 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
                                  : allreduce(measure_peak_tflops(eopts.mp.param_dtype, device), MPI_MIN, world);
   const bool lm = !data->classification();
   const int64_t items_per_step = plan.global_batch * (lm ? data->tokens_per_item() : 1);
-  // Per token for language models; per image for a ViT: every patch and the class token pass
-  // through every block (6N per image undercounted MFU by the token count, 17x for MNIST).
-  const double flops_per_item =
-      lm ? net->train_flops_per_token(spec.seq_len)
-         : net->train_flops_per_token(0) * static_cast<double>(model::ViT::num_patches(spec) + 1);
+  // Per token for language models, per image for a ViT (model::Model::train_flops_per_item).
+  const double flops_per_item = net->train_flops_per_item();
 
   if (rt.rank() == 0) {
     std::printf("# model %s: %lld parameters (%.1f M); %d units; wrapped in %.2f s\n", spec.arch.c_str(),
