@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <iterator>
 #include <map>
 
 #include "shardtrain/model/gpt2.h"
@@ -42,9 +43,12 @@ const Arch& arch_of(const std::string& name) {
       {"llama", InputKind::Tokens, Llama::parameter_count, make<Llama>},
       {"vit", InputKind::Images, ViT::parameter_count, make<ViT>},
   };
-  for (const Arch& a : table)
+  std::string known;
+  for (const Arch& a : table) {
     if (name == a.name) return a;
-  throw UserError("unknown model arch '" + name + "' (expected gpt2, llama or vit)");
+    known += (known.empty() ? "" : &a == std::end(table) - 1 ? " or " : ", ") + std::string(a.name);
+  }
+  throw UserError("unknown model arch '" + name + "' (expected " + known + ")");
 }
 }  // namespace
 
