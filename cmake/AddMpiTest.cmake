@@ -35,18 +35,45 @@ function(add_unit_test)
   set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "unit;${T_LABELS}")
 endfunction()
 
-# shardtrain_library(<layer> SOURCES ... DEPS ... [TORCH]) -> target shardtrain_<layer>,
-# alias shardtrain::<layer>; TORCH adds libtorch and the precompiled torch header.
+# shardtrain_library(<layer> SOURCES ... DEPS ... [HEADERS <dir>] [TORCH]) -> target
+# shardtrain_<layer>, alias shardtrain::<layer>; TORCH adds libtorch and the precompiled torch
+# header. The target exposes only its own headers, include/shardtrain/<dir> (dir defaults to the
+# layer's name), and, through its DEPS, those of the layers it depends on: see
+# shardtrain_expose_headers.
 function(shardtrain_library layer)
-  cmake_parse_arguments(L "TORCH" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(L "TORCH" "HEADERS" "SOURCES;DEPS" ${ARGN})
+  if(NOT L_HEADERS)
+    set(L_HEADERS ${layer})
+  endif()
   add_library(shardtrain_${layer} STATIC ${L_SOURCES})
   add_library(shardtrain::${layer} ALIAS shardtrain_${layer})
-  target_include_directories(shardtrain_${layer} PUBLIC ${PROJECT_SOURCE_DIR}/include)
+  shardtrain_expose_headers(shardtrain_${layer} PUBLIC ${L_HEADERS})
   target_link_libraries(shardtrain_${layer} PUBLIC ${L_DEPS})
   if(L_TORCH)
     target_link_libraries(shardtrain_${layer} PUBLIC shardtrain::torch)
     shardtrain_torch_pch(shardtrain_${layer})
   endif()
+endfunction()
+
+# Layers enforced by the build (docs/architecture.md, "Layers"): no target gets all of include/.
+# shardtrain_expose_headers(<target> PUBLIC|INTERFACE <dir> [<file>...]) gives <target> an include
+# directory of its own in the build tree, layer_include/<target>/shardtrain/<dir>, a symbolic link
+# to include/shardtrain/<dir> (or, with files, a directory of links to just those headers). A
+# target sees the directories of the targets it links, so `#include "shardtrain/<dir>/x.h"` keeps
+# its spelling and compiles where the CMake graph declares the dependency, and fails ("No such
+# file or directory") where it does not.
+function(shardtrain_expose_headers target scope dir)
+  set(root ${PROJECT_BINARY_DIR}/layer_include/${target})
+  if(ARGN)
+    file(MAKE_DIRECTORY ${root}/shardtrain/${dir})
+    foreach(f IN LISTS ARGN)
+      file(CREATE_LINK ${PROJECT_SOURCE_DIR}/include/shardtrain/${dir}/${f} ${root}/shardtrain/${dir}/${f} SYMBOLIC)
+    endforeach()
+  else()
+    file(MAKE_DIRECTORY ${root}/shardtrain)
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/include/shardtrain/${dir} ${root}/shardtrain/${dir} SYMBOLIC)
+  endif()
+  target_include_directories(${target} ${scope} ${root})
 endfunction()
 
 # Gives a target the precompiled torch header.

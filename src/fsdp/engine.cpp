@@ -11,14 +11,12 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <map>
-#include <set>
-#include <unordered_map>
 
 #include "recompute.h"
 #include "shardtrain/comm/compute_stream.h"
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/fsdp/forward_hook.h"
+#include "shardtrain/fsdp/wrap.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/timer.h"
 #include "shardtrain/util/torch_compat.h"
@@ -33,12 +31,6 @@ struct ModuleAccess : torch::nn::Module {
     return m.*(&ModuleAccess::parameters_);
   }
 };
-
-bool matches_any(const std::string& name, const std::vector<std::string>& patterns) {
-  for (const auto& p : patterns)
-    if (!p.empty() && name.find(p) != std::string::npos) return true;
-  return false;
-}
 
 int group_size(const comm::Comm* c) { return c ? c->size() : 1; }
 int group_rank(const comm::Comm* c) { return c ? c->rank() : 0; }
@@ -98,6 +90,7 @@ struct Engine::Impl {
   EngineComms comms;
   EngineOptions opts;
   std::vector<std::unique_ptr<Unit>> units;  // root first, ignored group last (if any)
+  std::vector<UnitPlan> layout;              // what they were built from, one plan per unit
   Unit* ignored = nullptr;
   std::vector<Unit*> exec_order;             // forward order, recorded in the first forward
   bool order_recorded = false;
@@ -317,8 +310,6 @@ struct Engine::Impl {
     retire_reductions(kMaxPendingReductions);
   }
 
-  static constexpr size_t kMaxPendingReductions = 2;
-
   void retire(PendingReduce& p) {
     wait_timed(*p.work);
     accumulate(*p.fp, p.out);
@@ -352,8 +343,6 @@ struct Engine::Impl {
     d2h.push_back(std::move(d));
     drain_d2h(kMaxPendingCopies);
   }
-
-  static constexpr size_t kMaxPendingCopies = 4;
 
   // Adds finished device->host gradient copies into their shards, in issue order, and waits
   // for more until at most `keep` remain.
@@ -468,38 +457,30 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
   Unit* unit_;
 };
 
-struct ParamInfo {
-  std::string name;
-  at::Tensor meta;
-  std::vector<std::pair<torch::nn::Module*, std::string>> owners;
-};
-
-// Builds one FlatParam from its parameters: sharded init, one unit at a time.
+// Builds one FlatParam from its plan: sharded init, one flat at a time.
 // `device`: where `full` (and, unless offloaded, master and grad_shard) live. Initial values are
 // always computed on the CPU, so they do not depend on the device either.
-std::unique_ptr<FlatParam> materialize(const std::vector<ParamInfo*>& params, at::ScalarType dtype,
-                                       const comm::Comm* shard, const InitFn& init, const c10::Device& device,
-                                       bool offload) {
+std::unique_ptr<FlatParam> materialize(const FlatPlan& plan, const ModuleTree& tree, const comm::Comm* shard,
+                                       const InitFn& init, const c10::Device& device, bool offload) {
   auto fp = std::make_unique<FlatParam>();
-  fp->dtype = dtype;
+  fp->dtype = plan.dtype;
   fp->offloaded = offload;
-  fp->shard_size = group_size(shard);
-  fp->shard_rank = group_rank(shard);
-  int64_t offset = 0;
-  for (ParamInfo* p : params) {
+  fp->shard_size = plan.shard_size;
+  fp->shard_rank = plan.shard_size > 1 ? group_rank(shard) : 0;
+  ST_CHECK(plan.shard_size == 1 || plan.shard_size == group_size(shard), "flat planned for ", plan.shard_size,
+           " ranks, shard group has ", group_size(shard));
+  for (const ParamPlan& p : plan.params) {
     ParamSlot s;
-    s.name = p->name;
-    s.shape = p->meta.sizes().vec();
-    s.numel = p->meta.numel();
-    s.offset = offset;
-    s.owners = p->owners;
-    offset += s.numel;
+    s.name = p.name;
+    s.shape = p.shape;
+    s.numel = p.numel;
+    s.offset = p.offset;
+    s.owners = tree.params[p.index].owners;
     fp->slots.push_back(std::move(s));
   }
-  fp->numel = offset;
-  const int64_t S = fp->shard_size;
-  fp->padded = std::max<int64_t>(S, (offset + S - 1) / S * S);
-  fp->shard_numel = fp->padded / S;
+  fp->numel = plan.numel;
+  fp->padded = plan.padded;
+  fp->shard_numel = plan.shard_numel;
 
   // The whole flat parameter in fp32, filled parameter by parameter from the init rule,
   // so the values do not depend on the world size; only this rank's slice is kept.
@@ -526,7 +507,7 @@ std::unique_ptr<FlatParam> materialize(const std::vector<ParamInfo*>& params, at
     } else {
       fp->master = device.is_cpu() ? mine.clone() : mine.to(device);
     }
-    fp->full = at::empty({fp->padded}, at::TensorOptions().dtype(dtype).device(device));
+    fp->full = at::empty({fp->padded}, at::TensorOptions().dtype(plan.dtype).device(device));
   }
   whole = at::Tensor();
   fp->grad_shard = at::zeros({fp->shard_numel}, state);
@@ -559,112 +540,30 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
   const c10::Device device = m.dev->device();
   ST_CHECK(dynamic_cast<Hookable*>(&root), "the root module must derive from fsdp::Hookable");
 
-  // Modules in pre-order with their qualified prefixes. named_modules() of a module
-  // returns shared_ptrs; the root itself is handled by address.
-  std::vector<std::pair<std::string, torch::nn::Module*>> modules;
-  modules.emplace_back("", &root);
-  for (auto& item : root.named_modules("", /*include_self=*/false)) modules.emplace_back(item.key(), item.value().get());
-
-  // Every distinct parameter (by TensorImpl), with all the (module, local name) places
-  // that hold it, named by its first qualified name.
-  std::vector<ParamInfo> params;
-  std::unordered_map<const void*, size_t> index;
-  std::map<std::string, size_t> by_name;
-  for (auto& [prefix, mod] : modules) {
-    for (auto& item : mod->named_parameters(/*recurse=*/false)) {
-      const void* key = item.value().unsafeGetTensorImpl();
-      std::string qual = prefix.empty() ? item.key() : prefix + "." + item.key();
-      auto it = index.find(key);
-      if (it == index.end()) {
-        index[key] = params.size();
-        by_name[qual] = params.size();
-        params.push_back({qual, item.value(), {}});
-        it = index.find(key);
-      }
-      params[it->second].owners.emplace_back(mod, item.key());
-    }
-  }
-
-  // Units: hookable modules picked by type or by size; each parameter belongs to the
-  // innermost unit that contains it, else to the root; ignored ones to the ignored group.
-  std::vector<std::string> unit_prefix;  // "" = root
-  std::vector<torch::nn::Module*> unit_module;
-  unit_prefix.push_back("");
-  unit_module.push_back(&root);
-  auto under = [](const std::string& name, const std::string& prefix) {
-    return prefix.empty() || name.compare(0, prefix.size() + 1, prefix + ".") == 0;
-  };
-  std::vector<bool> is_unit(modules.size(), false);
-  if (!opts.wrap_types.empty() || opts.min_num_params > 0) {
-    // Bottom-up (reverse pre-order visits children before parents).
-    std::vector<bool> claimed(params.size(), false);
-    for (size_t mi = modules.size(); mi-- > 1;) {
-      auto* mod = modules[mi].second;
-      if (!dynamic_cast<Hookable*>(mod)) continue;
-      const std::string& prefix = modules[mi].first;
-      bool by_type = std::find(opts.wrap_types.begin(), opts.wrap_types.end(), mod->name()) != opts.wrap_types.end();
-      int64_t unclaimed = 0;
-      for (size_t pi = 0; pi < params.size(); ++pi)
-        if (!claimed[pi] && under(params[pi].name, prefix) && !matches_any(params[pi].name, opts.ignored))
-          unclaimed += params[pi].meta.numel();
-      bool by_size = opts.min_num_params > 0 && unclaimed >= opts.min_num_params;
-      if (!(by_type || by_size) || unclaimed == 0) continue;
-      is_unit[mi] = true;
-      for (size_t pi = 0; pi < params.size(); ++pi)
-        if (under(params[pi].name, prefix)) claimed[pi] = true;
-    }
-    for (size_t mi = 1; mi < modules.size(); ++mi)
-      if (is_unit[mi]) {
-        unit_prefix.push_back(modules[mi].first);
-        unit_module.push_back(modules[mi].second);
-      }
-  }
-
-  std::vector<std::vector<ParamInfo*>> members(unit_prefix.size());
-  std::vector<ParamInfo*> ignored_members;
-  for (auto& p : params) {
-    if (matches_any(p.name, opts.ignored)) {
-      ignored_members.push_back(&p);
-      continue;
-    }
-    size_t best = 0;
-    for (size_t ui = 1; ui < unit_prefix.size(); ++ui)
-      if (under(p.name, unit_prefix[ui]) && unit_prefix[ui].size() > unit_prefix[best].size()) best = ui;
-    members[best].push_back(&p);
-  }
-
-  for (size_t ui = 0; ui < unit_prefix.size(); ++ui) {
+  // The layout (fsdp/wrap.cpp): units, flats, padding, aliasing, the ignored group.
+  const ModuleTree tree = module_tree(root);
+  m.layout = plan_units(tree, opts, group_size(comms.shard));
+  for (const UnitPlan& up : m.layout) {
     auto u = std::make_unique<Unit>();
-    u->name = ui == 0 ? "<root>" : unit_prefix[ui];
-    u->module = unit_module[ui];
-    u->hookable = dynamic_cast<Hookable*>(u->module);
-    u->is_root = ui == 0;
-    u->shard = comms.shard;
-    u->shard_rs = comms.shard_rs;
-    u->replicate = comms.replicate;
-    u->reshard_after_forward = !u->is_root && reshards_after_forward(opts.strategy);
-    u->reshard_after_backward = opts.strategy != Strategy::NoShard;
-    // Split by dtype: keep_fp32 parameters stay fp32 under mixed precision.
-    std::vector<ParamInfo*> compute, fp32;
-    for (ParamInfo* p : members[ui]) {
-      bool keep = opts.mp.param_dtype != at::kFloat && matches_any(p->name, opts.mp.keep_fp32);
-      (keep ? fp32 : compute).push_back(p);
+    u->name = up.name;
+    u->is_root = up.is_root;
+    u->is_ignored = up.is_ignored;
+    if (up.is_ignored) {
+      u->replicate = comms.world;  // kept whole on every rank, averaged like DDP
+      u->reshard_after_backward = false;
+    } else {
+      u->module = tree.modules[up.module].second;
+      u->hookable = dynamic_cast<Hookable*>(u->module);
+      u->shard = comms.shard;
+      u->shard_rs = comms.shard_rs;
+      u->replicate = comms.replicate;
+      u->reshard_after_forward = !u->is_root && reshards_after_forward(opts.strategy);
+      u->reshard_after_backward = opts.strategy != Strategy::NoShard;
     }
-    if (!compute.empty())
-      u->flats.push_back(materialize(compute, opts.mp.param_dtype, comms.shard, init, device, opts.cpu_offload));
-    if (!fp32.empty()) u->flats.push_back(materialize(fp32, at::kFloat, comms.shard, init, device, opts.cpu_offload));
-    u->num_params = static_cast<int>(members[ui].size());
-    m.units.push_back(std::move(u));
-  }
-  if (!ignored_members.empty()) {
-    auto u = std::make_unique<Unit>();
-    u->name = "<ignored>";
-    u->is_ignored = true;
-    u->replicate = comms.world;  // kept whole on every rank, averaged like DDP
-    u->reshard_after_backward = false;
-    u->flats.push_back(materialize(ignored_members, at::kFloat, nullptr, init, device, opts.cpu_offload));
-    u->num_params = static_cast<int>(ignored_members.size());
-    m.ignored = u.get();
+    for (const FlatPlan& fplan : up.flats)
+      u->flats.push_back(materialize(fplan, tree, u->shard, init, device, opts.cpu_offload));
+    u->num_params = up.num_params();
+    if (up.is_ignored) m.ignored = u.get();
     m.units.push_back(std::move(u));
   }
 
@@ -749,6 +648,8 @@ std::vector<FlatParam*> Engine::flat_params() {
 }
 
 int Engine::num_units() const { return static_cast<int>(impl_->units.size()); }
+
+const std::vector<UnitPlan>& Engine::layout() const { return impl_->layout; }
 
 std::vector<std::string> Engine::unit_names() const {
   std::vector<std::string> out;

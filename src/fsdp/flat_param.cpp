@@ -3,9 +3,12 @@
 
 #include <c10/core/StorageImpl.h>
 
+#include "shardtrain/fsdp/wrap.h"
 #include "shardtrain/util/torch_compat.h"
 
 namespace shardtrain::fsdp {
+
+bool FlatParam::aliases_master() const { return fsdp::aliases_master(shard_size, dtype, offloaded); }
 
 int64_t FlatParam::live_full_bytes() const {
   if (!full.defined()) return 0;

@@ -12,16 +12,14 @@
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/optim/adamw_cuda.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/names.h"
 
 namespace shardtrain::fsdp {
 
 optim::DecayMask shard_decay_mask(const FlatParam& fp, const std::vector<std::string>& no_decay) {
   std::vector<optim::ElementRange> ranges;
   for (const auto& s : fp.slots) {
-    bool decays = true;
-    for (const auto& p : no_decay)
-      if (!p.empty() && s.name.find(p) != std::string::npos) decays = false;
-    if (decays) ranges.push_back({s.offset, s.offset + s.numel});
+    if (!matches_any(s.name, no_decay)) ranges.push_back({s.offset, s.offset + s.numel});
   }
   const int64_t begin = fp.shard_rank * fp.shard_numel;
   return optim::DecayMask(std::move(ranges)).restrict_to(begin, begin + fp.shard_numel);

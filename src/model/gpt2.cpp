@@ -107,4 +107,23 @@ double GPT2::train_flops_per_token(int64_t seq_len) const {
   return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * seq_len);
 }
 
+// Saved per block: 2 LayerNorms, attention, the GELU MLP (layer_norm_block_costs); the root adds
+// wte(ids) + wpe (kept by the first ln_1 when it keeps its input), the tied LM head, and wpe's
+// gradient at the end of backward.
+ActivationBytes GPT2::activation_bytes(const CostQuery& q) const {
+  const ModelSpec& s = spec_;
+  const ActivationShape x = activation_shape(q, s.d_model, s.d_ff, s.n_heads, s.seq_len, /*causal=*/true,
+                                             "transformer.h.0.ln_1.weight");
+  ActivationBytes a;
+  a.blocks = s.n_layers;
+  // The MLP's second projection is a Conv1D: weight [f, d].
+  const bool kept = layer_norm_block_costs(x, s.d_ff, a);
+  a.embed_saved = kept ? x.b * x.nd() : 0;
+  a.embed_saved_rc = 0;
+  if (s.dropout > 0) dropout_costs(x, a);
+  lm_head_costs(x, s.vocab_size, s.tie_embeddings, a);
+  a.embed_bwd += x.b * s.seq_len * s.d_model;
+  return a;
+}
+
 }  // namespace shardtrain::model

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::model {
@@ -131,6 +133,54 @@ double Llama::train_flops_per_token(int64_t seq_len) const {
   const int64_t embedding = spec_.tie_embeddings ? 0 : spec_.vocab_size * spec_.d_model;
   const double n = static_cast<double>(parameter_count(spec_) - embedding);
   return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * seq_len);
+}
+
+// Saved per block: 2 RMSNorms, attention with rotary copies, SwiGLU; the root adds the embedding
+// output (kept by the first norm in fp32), the fp32 rotary tables and the LM head.
+ActivationBytes Llama::activation_bytes(const CostQuery& q) const {
+  const ModelSpec& s = spec_;
+  const ActivationShape x = activation_shape(q, s.d_model, s.d_ff, s.n_heads, s.seq_len, /*causal=*/true,
+                                             "model.layers.0.input_layernorm.weight");
+  const int64_t b = x.b, d = x.d, f = x.f, nd = x.nd(), nf = x.nf();
+  ActivationBytes a;
+  a.blocks = s.n_layers;
+  a.gemm_ws = gemm_workspace_bytes(x, d);  // down_proj: Linear, weight [d, f]
+  a.grad_in = b * nd;
+  a.block_io = b * nd;
+  const int64_t rms = rms_norm_saved(x);
+  const bool input_kept = rms_norm_keeps_input(x);
+  a.norm_saved = rms;
+  // Attention: q and k after rotation and the repeat_kv/transposes are copied for bmm (H heads
+  // each), v (H heads) and the merged heads; under mixed precision each use of the fp32 rotary
+  // tables makes a b-byte copy that mul saves (cos and sin, for q and k).
+  const int64_t attn_saved = attention_saved(x) + (x.mixed ? 4 * b * x.T * x.hd : 0);
+  // SwiGLU: gate, silu(gate), up, silu*up.
+  const int64_t mlp_saved = 4 * b * nf;
+  const int64_t h_saved = input_kept ? b * nd : 0;  // the residual h, saved by the second norm
+  const int64_t out_saved = input_kept ? b * nd : 0;
+  a.block_saved = 2 * rms + attn_saved + mlp_saved + h_saved + out_saved;
+  a.block_out_saved = out_saved;
+  // Backward of one block, relative to its start: down_proj (weight and input grads), then the
+  // product's two grads; attention peaks in softmax backward (fp32 grad in and out) after the
+  // MLP, the second norm, h, the merged heads and v' are released.
+  a.block_bwd_mlp = std::max(b * f * d + b * nf + a.gemm_ws, 2 * b * nf);
+  a.block_bwd_attn =
+      -(mlp_saved + rms + h_saved + 2 * b * nd + attention_probs_copy(x)) + b * nd + softmax_backward_bytes(x);
+  // Embedding output (kept by the first norm when fp32) and the fp32 rotary tables (saved by mul
+  // in fp32; captured by every block body under recomputation).
+  const int64_t rope = 2 * 4 * x.T * x.hd;
+  a.embed_saved = input_kept ? b * nd + rope : 0;
+  a.embed_saved_rc = rope;
+  a.head_saved = rms;
+  a.last_out_kept = input_kept ? b * nd : 0;
+  if (s.dropout > 0) {
+    dropout_costs(x, a);
+    // The SwiGLU-product moment comes after the MLP branch's noise and down_proj's input
+    // gradient are gone.
+    a.block_bwd_mlp = std::max(b * f * d + b * nf + a.gemm_ws, 2 * b * nf - b * nd);
+  }
+  lm_head_costs(x, s.vocab_size, s.tie_embeddings, a);
+  return a;
 }
 
 }  // namespace shardtrain::model

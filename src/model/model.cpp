@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <iterator>
 #include <map>
 
 #include "shardtrain/model/gpt2.h"
@@ -22,10 +23,38 @@ at::Tensor Model::loss(const at::Tensor& input, const at::Tensor& targets) {
   return at::cross_entropy_loss(logits, targets);
 }
 
+namespace {
+// One row per architecture: everything outside its own files that knows it exists.
+struct Arch {
+  const char* name;
+  InputKind input;
+  int64_t (*parameter_count)(const ModelSpec& resolved);
+  std::shared_ptr<Model> (*build)(const ModelSpec& resolved, at::Device device);
+};
+
+template <typename M>
+std::shared_ptr<Model> make(const ModelSpec& s, at::Device device) {
+  return std::make_shared<M>(s, device);
+}
+
+const Arch& arch_of(const std::string& name) {
+  static const Arch table[] = {
+      {"gpt2", InputKind::Tokens, GPT2::parameter_count, make<GPT2>},
+      {"llama", InputKind::Tokens, Llama::parameter_count, make<Llama>},
+      {"vit", InputKind::Images, ViT::parameter_count, make<ViT>},
+  };
+  std::string known;
+  for (const Arch& a : table) {
+    if (name == a.name) return a;
+    known += (known.empty() ? "" : &a == std::end(table) - 1 ? " or " : ", ") + std::string(a.name);
+  }
+  throw UserError("unknown model arch '" + name + "' (expected " + known + ")");
+}
+}  // namespace
+
 ModelSpec resolve_spec(const ModelSpec& spec) {
   ModelSpec s = spec;
-  ST_USER_CHECK(s.arch == "gpt2" || s.arch == "llama" || s.arch == "vit", "unknown model arch '",
-                s.arch, "' (expected gpt2, llama or vit)");
+  arch_of(s.arch);  // UserError for an unknown arch
   ST_USER_CHECK(s.d_model > 0 && s.n_layers > 0 && s.n_heads > 0, s.arch,
                 ": d_model, n_layers and n_heads must be positive");
   ST_USER_CHECK(s.d_model % s.n_heads == 0, s.arch, ": d_model ", s.d_model,
@@ -118,19 +147,17 @@ std::vector<std::string> preset_names() {
   return names;
 }
 
+
+InputKind input_kind(const ModelSpec& spec) { return arch_of(spec.arch).input; }
+
 int64_t parameter_count(const ModelSpec& spec) {
   const ModelSpec s = resolve_spec(spec);
-  if (s.arch == "gpt2") return GPT2::parameter_count(s);
-  if (s.arch == "llama") return Llama::parameter_count(s);
-  return ViT::parameter_count(s);
+  return arch_of(s.arch).parameter_count(s);
 }
 
 std::shared_ptr<Model> build_model(const ModelSpec& spec, at::Device device) {
   const ModelSpec s = resolve_spec(spec);
-  std::shared_ptr<Model> model;
-  if (s.arch == "gpt2") model = std::make_shared<GPT2>(s, device);
-  else if (s.arch == "llama") model = std::make_shared<Llama>(s, device);
-  else model = std::make_shared<ViT>(s, device);
+  std::shared_ptr<Model> model = arch_of(s.arch).build(s, device);
   if (!device.is_meta()) init_parameters(*model, /*run_seed=*/0);
   return model;
 }

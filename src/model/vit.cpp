@@ -124,4 +124,33 @@ double ViT::train_flops_per_token(int64_t seq_len) const {
   return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * tokens);
 }
 
+double ViT::train_flops_per_item() const {
+  return train_flops_per_token(0) * static_cast<double>(num_patches(spec_) + 1);
+}
+
+// Saved per block as GPT-2's (layer_norm_block_costs) over patches + 1 tokens without a causal
+// mask; the root adds the patch matrix (saved by the projection for its weight gradient), the
+// tokens entering the first block, and a [B, num_classes] head.
+ActivationBytes ViT::activation_bytes(const CostQuery& q) const {
+  const ModelSpec& s = spec_;
+  const ActivationShape x = activation_shape(q, s.d_model, s.d_ff, s.n_heads, num_patches(s) + 1, /*causal=*/false,
+                                             "blocks.0.norm1.weight");
+  const int64_t b = x.b, B = x.B, d = s.d_model;
+  const int64_t image = s.channels * s.image_size * s.image_size;
+  ActivationBytes a;
+  a.blocks = s.n_layers;
+  // The MLP's second projection is a Linear: weight [d, f].
+  const bool kept = layer_norm_block_costs(x, d, a);
+  const int64_t patches = b * B * image;
+  a.embed_saved = patches + (kept ? b * x.nd() : 0);
+  a.embed_saved_rc = patches;
+  if (s.dropout > 0) dropout_costs(x, a);
+  a.inputs = 4 * B * image + 8 * B + (x.mixed ? b * B * image : 0);
+  const int64_t logits = 4 * B * s.num_classes;
+  a.head_fwd_work = 2 * logits;
+  a.head_bwd_work = 3 * logits;
+  a.head_bwd_mm = logits + 4 * B * d + 4 * d * s.num_classes;
+  return a;
+}
+
 }  // namespace shardtrain::model

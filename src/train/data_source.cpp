@@ -123,7 +123,7 @@ class SyntheticSource : public DataSource {
   Batch train_batch(const data::SamplerCursor& c, int m) const override {
     const std::vector<int64_t> items = index_.local_items(c, m);
     const int64_t n = static_cast<int64_t>(items.size());
-    const bool vit = spec_.arch == "vit";
+    const bool vit = model::input_kind(spec_) == model::InputKind::Images;
     at::Tensor x = vit ? at::empty({n, spec_.channels, spec_.image_size, spec_.image_size})
                        : at::empty({n, seq_ + 1}, at::TensorOptions().dtype(at::kLong));
     at::Tensor y = vit ? at::empty({n}, at::TensorOptions().dtype(at::kLong)) : at::Tensor();
@@ -144,11 +144,11 @@ class SyntheticSource : public DataSource {
   int64_t train_steps_per_epoch() const override { return index_.steps_per_epoch(); }
   int64_t val_batches() const override { return 0; }
   Batch val_batch(int64_t, int) const override { ST_CHECK(false, "synthetic data has no validation split"); return {}; }
-  int64_t tokens_per_item() const override { return spec_.arch == "vit" ? 0 : seq_; }
-  bool classification() const override { return spec_.arch == "vit"; }
+  int64_t tokens_per_item() const override { return classification() ? 0 : seq_; }
+  bool classification() const override { return model::input_kind(spec_) == model::InputKind::Images; }
   std::string describe() const override {
     std::ostringstream os;
-    if (spec_.arch == "vit")
+    if (classification())
       os << "synthetic images (data.dataset = \"\"): N(0,1) pixels, uniform labels, no validation";
     else
       os << "synthetic tokens (data.dataset = \"\"): uniform over " << spec_.vocab_size << " ids, no validation";
@@ -173,7 +173,7 @@ class SyntheticSource : public DataSource {
 std::unique_ptr<DataSource> open_data(const std::string& dir, const model::ModelSpec& spec,
                                       const data::SamplerConfig& cfg, int64_t seq_len, const DataKeys& keys) {
   if (dir.empty()) return std::make_unique<SyntheticSource>(spec, cfg, seq_len);
-  if (spec.arch == "vit") return std::make_unique<ImageSource>(dir, spec, cfg);
+  if (model::input_kind(spec) == model::InputKind::Images) return std::make_unique<ImageSource>(dir, spec, cfg);
   auto src = std::make_unique<TokenSource>(dir, spec, cfg, seq_len);
   // The tokenizer and split are fixed when the dataset is prepared: the deck's keys must agree.
   const data::TokenDatasetMeta& m = src->meta();

@@ -63,7 +63,7 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
       for (int64_t mb = 0; mb < o.grad_accum; ++mb) {
         engine->set_last_micro_batch(mb == o.grad_accum - 1);
         at::Tensor x, y;
-        if (s.arch == "vit") {
+        if (model::input_kind(s) == model::InputKind::Images) {
           x = at::randn({o.micro_batch, s.channels, s.image_size, s.image_size}, gen);
           y = at::randint(0, s.num_classes, {o.micro_batch}, gen);
         } else {

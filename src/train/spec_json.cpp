@@ -15,7 +15,7 @@ std::string model_spec_json(const model::ModelSpec& s) {
                       {"n_kv_heads", s.n_kv_heads}, {"d_ff", s.d_ff},        {"norm_eps", s.norm_eps},
                       {"rope_theta", s.rope_theta}, {"tie_embeddings", s.tie_embeddings},
                       {"dropout", s.dropout}};
-  if (s.arch == "vit") {
+  if (model::input_kind(s) == model::InputKind::Images) {
     j["image_size"] = s.image_size;
     j["patch_size"] = s.patch_size;
     j["channels"] = s.channels;

@@ -22,7 +22,6 @@
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
-#include "shardtrain/model/vit.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/alloc_tracker.h"
@@ -226,10 +225,8 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   ThroughputModel tput;
   tput.items_per_step = plan.global_batch * (lm ? data->tokens_per_item() : 1);
   tput.items_are_tokens = lm;
-  // Per token for language models; per image for a ViT: every patch and the class token pass
-  // through every block (6N per image undercounted MFU by the token count, 17x for MNIST).
-  tput.flops_per_item = lm ? net->train_flops_per_token(spec.seq_len)
-                           : net->train_flops_per_token(0) * static_cast<double>(model::ViT::num_patches(spec) + 1);
+  // Per token for language models, per image for a ViT (model::Model::train_flops_per_item).
+  tput.flops_per_item = net->train_flops_per_item();
   tput.peak_tflops = peak_tflops;
   // Host vectors of the Kokkos kernels, which the tensor count misses (tensor state is counted).
   tput.optim_state_bytes = optimizer.state_in_tensors() ? 0 : optimizer.state_bytes();

@@ -106,27 +106,16 @@ double train_step(Wrapped& w, const at::Tensor& batch) {
   return sum / N;
 }
 
-// Unit index of a flat parameter: the unit whose name prefixes its parameters' names
-// (the longest such), else the root (index 0).
-int unit_of(const fsdp::FlatParam& fp, const std::vector<std::string>& units) {
-  int best = 0;
-  size_t best_len = 0;
-  for (size_t i = 1; i < units.size(); ++i) {
-    const std::string pre = units[i] + ".";
-    if (fp.slots.front().name.compare(0, pre.size(), pre) == 0 && pre.size() > best_len) {
-      best = static_cast<int>(i);
-      best_len = pre.size();
-    }
-  }
-  return best;
-}
-
-// Unsharded bytes of each unit (its flats that do not alias their masters).
+// Unsharded bytes of each unit (its flats that do not alias their masters), from the layout
+// the engine was built from.
 std::vector<int64_t> unit_full_bytes(fsdp::Engine& e) {
-  std::vector<std::string> names = e.unit_names();
-  std::vector<int64_t> bytes(names.size(), 0);
-  for (fsdp::FlatParam* fp : e.flat_params())
-    if (!fp->aliases_master()) bytes[unit_of(*fp, names)] += fp->full_bytes();
+  std::vector<int64_t> bytes;
+  for (const fsdp::UnitPlan& u : e.layout()) {
+    int64_t b = 0;
+    for (const fsdp::FlatPlan& f : u.flats)
+      if (!f.aliases_master) b += f.full_bytes();
+    bytes.push_back(b);
+  }
   return bytes;
 }
 

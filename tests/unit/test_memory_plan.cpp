@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "shardtrain/fsdp/wrap.h"
 #include "shardtrain/model/model.h"
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/train/memory_plan.h"
@@ -37,11 +38,16 @@ PlanSettings gpt2(int ranks, int per_host) {
 
 int64_t psi(const PlanSettings& ps) { return model::parameter_count(ps.spec); }
 
+// The engine's layout of the deck's model (unpadded: one rank).
+std::vector<fsdp::UnitPlan> layout(const PlanSettings& ps) {
+  return fsdp::plan_units(*model::build_model(ps.spec, at::kMeta), ps.engine, 1);
+}
+
 }  // namespace
 
 TEST(MemoryPlan, UnitsMatchTheModel) {
   PlanSettings ps = gpt2(4, 4);
-  auto units = train::layout_units(ps.spec, ps.engine);
+  auto units = layout(ps);
   ASSERT_EQ(units.size(), 4u);  // root + 3 blocks
   EXPECT_EQ(units[0].name, "<root>");
   EXPECT_EQ(units[1].name, "transformer.h.0");
@@ -52,13 +58,13 @@ TEST(MemoryPlan, UnitsMatchTheModel) {
   const int64_t d = 32;
   EXPECT_EQ(units[0].numel(), 64 * d + 16 * d + 2 * d);
   ASSERT_EQ(units[0].flats.size(), 1u);  // fp32: one flat per unit
-  EXPECT_EQ(units[0].flats[0].params.front().first, "transformer.wte.weight");
+  EXPECT_EQ(units[0].flats[0].params.front().name, "transformer.wte.weight");
 }
 
 TEST(MemoryPlan, MixedPrecisionSplitsNormsIntoAnFp32Flat) {
   PlanSettings ps = gpt2(2, 2);
   ps.engine.mp.param_dtype = at::kBFloat16;
-  auto units = train::layout_units(ps.spec, ps.engine);
+  auto units = layout(ps);
   ASSERT_EQ(units[1].flats.size(), 2u);
   EXPECT_EQ(units[1].flats[0].dtype, at::kBFloat16);
   EXPECT_EQ(units[1].flats[1].dtype, at::kFloat);
@@ -107,7 +113,7 @@ TEST(MemoryPlan, PaddingRoundsEveryFlatUpToTheGroupSize) {
 
 TEST(MemoryPlan, UnshardedBuffersFollowTheStrategy) {
   PlanSettings ps = gpt2(4, 4);
-  auto units = train::layout_units(ps.spec, ps.engine);
+  auto units = layout(ps);
   const int64_t root = units[0].numel() * 4, block = units[1].numel() * 4;
   // ZeRO-3 at the last block's backward: root + the block + the prefetched one; gradient
   // buffers for the root and the block.
@@ -124,7 +130,7 @@ TEST(MemoryPlan, UnshardedBuffersFollowTheStrategy) {
 
 TEST(MemoryPlan, CommunicationVolumes) {
   PlanSettings ps = gpt2(4, 2);  // 2 hosts of 2
-  auto units = train::layout_units(ps.spec, ps.engine);
+  auto units = layout(ps);
   const double root = units[0].numel(), blocks = psi(ps) - root, all = psi(ps);
   StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
   EXPECT_EQ(fs.comm.all_gather, static_cast<int64_t>(0.75 * (root + 2 * blocks) * 4));

@@ -11,6 +11,7 @@
 #include "shardtrain/comm/comm.h"
 #include "shardtrain/fsdp/flat_param.h"
 #include "shardtrain/fsdp/options.h"
+#include "shardtrain/fsdp/wrap.h"
 
 namespace shardtrain::fsdp {
 
@@ -31,6 +32,13 @@ struct EngineComms {
 };
 
 struct Unit;  // defined in src/fsdp/unit.h
+
+// Reduce-scatters of finished units kept in flight during backward: each holds its unit's
+// unsharded gradient buffer (input) and its shard (output) until retired; issuing one more first
+// retires the oldest. The memory planner's bound on pending reductions.
+inline constexpr size_t kMaxPendingReductions = 2;
+// Device->host gradient copies kept in flight under cpu_offload.
+inline constexpr size_t kMaxPendingCopies = 4;
 
 // clip_grad_norm squares gradients in fp64 this many elements at a time (its only scratch
 // memory: 8 bytes per element of one chunk).
@@ -79,6 +87,8 @@ class Engine {
   std::vector<FlatParam*> flat_params();
   const EngineOptions& options() const { return opts_; }
   int num_units() const;
+  // The plan each unit was built from (fsdp::plan_units), in unit order.
+  const std::vector<UnitPlan>& layout() const;
   // Names of the modules that became units, in wrap order (root first).
   std::vector<std::string> unit_names() const;
   // Unsharded parameter bytes currently allocated by unit i (0 when resharded).

@@ -46,7 +46,7 @@ class FlatParam {
   bool stale = true;      // master changed since `full` was filled
   comm::WorkPtr gather_work;
 
-  bool aliases_master() const { return shard_size == 1 && dtype == at::kFloat && !offloaded; }
+  bool aliases_master() const;  // fsdp::aliases_master (wrap.h) of this flat
   int64_t full_bytes() const { return padded * static_cast<int64_t>(c10::elementSize(dtype)); }
   // Bytes the unsharded storage holds right now (0 while sharded).
   int64_t live_full_bytes() const;

@@ -59,6 +59,7 @@ class GPT2 : public Model {
   ParamInit init_for(const std::string& name) const override;
   std::vector<std::string> block_types() const override { return {GPT2Block::kTypeName}; }
   double train_flops_per_token(int64_t seq_len) const override;
+  ActivationBytes activation_bytes(const CostQuery& q) const override;
 
   static int64_t parameter_count(const ModelSpec& resolved);
 

@@ -72,6 +72,7 @@ class Llama : public Model {
   std::vector<std::string> no_decay_patterns() const override { return {"norm"}; }
   std::vector<std::string> norm_param_patterns() const override { return {"norm"}; }
   double train_flops_per_token(int64_t seq_len) const override;
+  ActivationBytes activation_bytes(const CostQuery& q) const override;
 
   static int64_t parameter_count(const ModelSpec& resolved);
 

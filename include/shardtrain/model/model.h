@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "shardtrain/fsdp/forward_hook.h"
+#include "shardtrain/model/costs.h"
 
 namespace shardtrain::model {
 
@@ -36,6 +37,11 @@ struct ModelSpec {
   double dropout = 0.0;
 };
 
+// What forward() takes: token ids [B, T] (language models) or images [B, C, H, W] (classifiers).
+enum class InputKind { Tokens, Images };
+// spec.arch's input (UserError for an unknown arch).
+InputKind input_kind(const ModelSpec& spec);
+
 // A model built on a device (at::kMeta for sharded construction). forward() and the
 // wrappable blocks go through fsdp::Hookable so the engine can run code around them.
 class Model : public torch::nn::Module, public fsdp::Hookable {
@@ -58,6 +64,12 @@ class Model : public torch::nn::Module, public fsdp::Hookable {
   virtual std::vector<std::string> no_decay_patterns() const { return {".bias", "norm", "ln_"}; }
   // Model FLOPs for one training step per token (6N + attention), for MFU.
   virtual double train_flops_per_token(int64_t seq_len) const = 0;
+  // Per item of a batch: a sequence's token (language models: train_flops_per_token(seq_len)),
+  // or a whole image (ViT: every patch and the class token pass through every block).
+  virtual double train_flops_per_item() const { return train_flops_per_token(spec_.seq_len); }
+  // What one micro-batch saves for backward and works in (costs.h), next to the forward that
+  // allocates it; the memory planner's per-architecture input.
+  virtual ActivationBytes activation_bytes(const CostQuery& q) const = 0;
 
  protected:
   ModelSpec spec_;

@@ -65,6 +65,8 @@ class ViT : public Model {
   }
   // seq_len <= 0 means the model's own token count (patches + class token).
   double train_flops_per_token(int64_t seq_len) const override;
+  ActivationBytes activation_bytes(const CostQuery& q) const override;
+  double train_flops_per_item() const override;
 
   static int64_t parameter_count(const ModelSpec& resolved);
   static int64_t num_patches(const ModelSpec& resolved);

@@ -1,6 +1,7 @@
 // Memory planner: per-rank bytes and communication volume of one training step for every
-// sharding strategy, computed from the model the builder makes, the engine's wrap policy and
-// flat layout, and the activations autograd saves in src/model (docs/memory-planner.md).
+// sharding strategy, computed from the engine's layout (fsdp::plan_units on the model the builder
+// makes), the engine's limits (fsdp/engine.h), and the activations each model reports
+// (model::Model::activation_bytes) (docs/memory-planner.md).
 #pragma once
 #include <c10/core/ScalarType.h>
 
@@ -10,6 +11,7 @@
 
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/fsdp/options.h"
+#include "shardtrain/fsdp/wrap.h"
 #include "shardtrain/model/model.h"
 
 namespace shardtrain::train {
@@ -33,53 +35,9 @@ struct PlanSettings {
 // ranks / ranks_per_host are the caller's (CLI flags).
 PlanSettings plan_settings_from_deck(const deck::Deck& d, int ranks, int ranks_per_host);
 
-// One flat parameter as the engine lays it out (docs/fsdp.md, "Flat parameters").
-struct FlatLayout {
-  at::ScalarType dtype = at::kFloat;   // compute dtype of the unsharded buffer
-  int64_t numel = 0;                   // parameters' elements
-  int64_t padded = 0, shard_numel = 0; // for the plan's shard-group size
-  std::vector<std::pair<std::string, int64_t>> params;  // (qualified name, numel), flat order
-  int64_t elem_bytes() const { return static_cast<int64_t>(c10::elementSize(dtype)); }
-};
-
-struct UnitLayout {
-  std::string name;                    // "<root>", "transformer.h.0", ..., "<ignored>"
-  bool is_root = false, is_ignored = false;
-  std::vector<FlatLayout> flats;       // compute dtype first, then keep_fp32 (mixed precision)
-  int64_t numel() const;
-};
-
-// Units and flats (unpadded) exactly as fsdp::Engine would wrap spec's model under opts:
-// the model is built on the meta device and the engine's wrap policy is applied to it.
-std::vector<UnitLayout> layout_units(const model::ModelSpec& spec, const fsdp::EngineOptions& opts);
-// Pads every flat to the shard-group size S (padded = max(S, ceil(numel/S)*S)).
-void pad_units(std::vector<UnitLayout>& units, int S);
-
-// What autograd keeps and what a step allocates on top, for one micro-batch on one rank
-// (bytes; "relative" terms are changes from the state at the start of a block's backward).
-struct ActivationBytes {
-  int64_t inputs = 0;          // the batch tensors
-  int64_t embed_saved = 0;     // saved by the root before the first block
-  int64_t embed_saved_rc = 0;  // the same under recomputation (besides the first block's input)
-  int64_t block_saved = 0;     // saved per block, its output included when the next block keeps it
-  int64_t block_out_saved = 0; // the part of block_saved that is the block's output
-  int64_t block_io = 0;        // one block's input (all recomputation keeps per block)
-  int64_t last_out_kept = 0;   // the last block's output, when the final norm keeps it (recomputation)
-  int64_t norm_saved = 0;      // one norm's saved tensors
-  int64_t grad_in = 0;         // the gradient entering a block
-  int64_t block_bwd_mlp = 0;   // relative: the peak of the block's MLP backward
-  int64_t block_bwd_attn = 0;  // relative: the peak of its attention backward (may be < 0)
-  int64_t head_saved = 0;      // saved by the final norm
-  int64_t head_fwd_work = 0;   // logits and log-softmax at the peak of the loss
-  int64_t head_bwd_work = 0;   // loss backward at its peak (before the root's gradient buffer)
-  int64_t head_bwd_mm = 0;     // head projection backward: logits grad, input and weight grads
-  int64_t held_grad = 0;       // held through the whole backward (a tied embedding's head gradient)
-  int64_t embed_bwd = 0;       // embedding gradients at the end of backward
-  int64_t gemm_ws = 0;         // bf16/fp16 weight-gradient GEMM workspace (libtorch's blocked kernel), all threads
-  int64_t blocks = 0;          // number of blocks
-  // Saved activations of the whole forward, the batch included.
-  int64_t saved(bool recompute) const;
-};
+// What one micro-batch saves and works in, as the model reports it (model::Model::activation_bytes
+// for the spec's architecture, on a meta model; mp: compute dtype and fp32-kept norms).
+using ActivationBytes = model::ActivationBytes;
 ActivationBytes activation_bytes(const model::ModelSpec& spec, const fsdp::MixedPrecision& mp, int64_t micro_batch,
                                  int threads = 1);
 
@@ -113,7 +71,7 @@ struct StrategyPlan {
   fsdp::Strategy strategy = fsdp::Strategy::FullShard;
   int shard_size = 1, replicate_size = 1;
   bool shard_spans_hosts = false, replicate_spans_hosts = false;
-  std::vector<UnitLayout> units;      // padded for shard_size
+  std::vector<fsdp::UnitPlan> units;  // the engine's layout (fsdp::plan_units) for shard_size
   MemoryBreakdown mem;                // with the deck's activation_checkpointing
   MemoryBreakdown mem_no_recompute;   // activation_checkpointing = false
   MemoryBreakdown mem_recompute;      // activation_checkpointing = true

@@ -1,0 +1,84 @@
+// Wrap policy and flat layout: which modules become FSDP units, which parameters each unit's
+// flat parameters hold and in which order, how each flat is padded for its shard group, and which
+// flats alias their fp32 masters. fsdp::Engine builds its units from this plan; the memory planner
+// (train/memory_plan.cpp) and the tests read it instead of deriving it again.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shardtrain/fsdp/options.h"
+
+namespace shardtrain::fsdp {
+
+// Elements of a flat of `numel` elements padded for a shard group of S ranks: the least multiple
+// of S that holds them, and at least S (every rank owns padded / S elements).
+int64_t padded_numel(int64_t numel, int S);
+
+// Whether a flat's unsharded buffer and its fp32 master are one storage: a flat nobody shards
+// (S == 1), in fp32, and not offloaded (cpu_offload keeps the master in host memory). Nothing is
+// then gathered or freed, and gradients accumulate straight into the gradient shard.
+bool aliases_master(int shard_size, at::ScalarType dtype, bool offloaded);
+
+// The modules of a tree in pre-order with their qualified paths (the root first, path ""), and
+// its distinct parameters (tied weights once, by TensorImpl) in discovery order (modules in
+// pre-order, each module's own parameters in registration order), each named by its first
+// qualified name, with every (module, local name) that holds it. Pointers borrow from the tree.
+struct ModuleTree {
+  struct Param {
+    std::string name;
+    at::Tensor tensor;
+    std::vector<std::pair<torch::nn::Module*, std::string>> owners;
+  };
+  std::vector<std::pair<std::string, torch::nn::Module*>> modules;
+  std::vector<Param> params;
+};
+ModuleTree module_tree(torch::nn::Module& root);
+
+// One parameter's place in its flat.
+struct ParamPlan {
+  std::string name;             // qualified name, as in root.named_parameters()
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t offset = 0;           // element offset in the unsharded flat buffer
+  int index = -1;               // in ModuleTree::params
+};
+
+// One flat parameter: a unit's parameters of one dtype, concatenated, padded, sharded.
+struct FlatPlan {
+  at::ScalarType dtype = at::kFloat;  // compute dtype of the unsharded buffer
+  std::vector<ParamPlan> params;      // flat order
+  int64_t numel = 0;                  // the parameters' elements
+  int64_t padded = 0;                 // padded_numel(numel, shard_size)
+  int64_t shard_numel = 0;            // padded / shard_size: what each rank of the group owns
+  int shard_size = 1;                 // the shard group (1 for the ignored group)
+  bool aliases_master = false;        // see fsdp::aliases_master
+  int64_t elem_bytes() const { return static_cast<int64_t>(c10::elementSize(dtype)); }
+  int64_t full_bytes() const { return padded * elem_bytes(); }  // the unsharded buffer
+};
+
+struct UnitPlan {
+  std::string name;              // "<root>", the module's path ("transformer.h.0"), "<ignored>"
+  int module = -1;               // in ModuleTree::modules (0: the root; -1: the ignored group)
+  bool is_root = false, is_ignored = false;
+  std::vector<FlatPlan> flats;   // compute dtype first, then fp32 (keep_fp32 under mixed precision)
+  int64_t numel() const;
+  int num_params() const;
+};
+
+// The units of `tree` under `opts` (wrap_types / min_num_params, ignored, mp.param_dtype,
+// mp.keep_fp32, cpu_offload), laid out for a shard group of `shard_size` ranks, in wrap order:
+// the root first (it owns every parameter no other unit claims), then the wrapped modules in
+// pre-order, then the ignored group (if any parameter matches `opts.ignored`; kept whole, group
+// size 1). Wrapping walks the modules bottom-up: a Hookable module becomes a unit when its
+// Module::name() is in wrap_types, or when its not-yet-claimed, not-ignored parameters number at
+// least min_num_params; each parameter belongs to the innermost unit that contains it.
+std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& opts, int shard_size);
+std::vector<UnitPlan> plan_units(torch::nn::Module& root, const EngineOptions& opts, int shard_size);
+
+}  // namespace shardtrain::fsdp

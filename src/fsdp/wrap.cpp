@@ -1,0 +1,158 @@
+// Wrap policy and flat layout (see wrap.h): the one place that decides units, flats, padding,
+// aliasing and the ignored group.
+#include "shardtrain/fsdp/wrap.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "shardtrain/fsdp/forward_hook.h"
+#include "shardtrain/util/names.h"
+
+namespace shardtrain::fsdp {
+
+int64_t padded_numel(int64_t numel, int S) { return std::max<int64_t>(S, (numel + S - 1) / S * S); }
+
+bool aliases_master(int shard_size, at::ScalarType dtype, bool offloaded) {
+  return shard_size == 1 && dtype == at::kFloat && !offloaded;
+}
+
+int64_t UnitPlan::numel() const {
+  int64_t n = 0;
+  for (const auto& f : flats) n += f.numel;
+  return n;
+}
+
+int UnitPlan::num_params() const {
+  int n = 0;
+  for (const auto& f : flats) n += static_cast<int>(f.params.size());
+  return n;
+}
+
+ModuleTree module_tree(torch::nn::Module& root) {
+  ModuleTree t;
+  // named_modules() of a module returns shared_ptrs; the root itself is held by address.
+  t.modules.emplace_back("", &root);
+  for (auto& item : root.named_modules("", /*include_self=*/false)) t.modules.emplace_back(item.key(), item.value().get());
+  std::unordered_map<const void*, size_t> index;
+  for (auto& [prefix, mod] : t.modules) {
+    for (auto& item : mod->named_parameters(/*recurse=*/false)) {
+      const void* key = item.value().unsafeGetTensorImpl();
+      auto it = index.find(key);
+      if (it == index.end()) {
+        it = index.emplace(key, t.params.size()).first;
+        t.params.push_back({prefix.empty() ? item.key() : prefix + "." + item.key(), item.value(), {}});
+      }
+      t.params[it->second].owners.emplace_back(mod, item.key());
+    }
+  }
+  return t;
+}
+
+namespace {
+
+bool under(const std::string& name, const std::string& prefix) {
+  return prefix.empty() || name.compare(0, prefix.size() + 1, prefix + ".") == 0;
+}
+
+FlatPlan make_flat(const ModuleTree& tree, const std::vector<int>& members, at::ScalarType dtype, int S,
+                   bool offload) {
+  FlatPlan f;
+  f.dtype = dtype;
+  f.shard_size = S;
+  for (int pi : members) {
+    const at::Tensor& t = tree.params[pi].tensor;
+    ParamPlan p;
+    p.name = tree.params[pi].name;
+    p.shape = t.sizes().vec();
+    p.numel = t.numel();
+    p.offset = f.numel;
+    p.index = pi;
+    f.numel += p.numel;
+    f.params.push_back(std::move(p));
+  }
+  f.padded = padded_numel(f.numel, S);
+  f.shard_numel = f.padded / S;
+  f.aliases_master = aliases_master(S, dtype, offload);
+  return f;
+}
+
+}  // namespace
+
+std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& opts, int shard_size) {
+  const auto& modules = tree.modules;
+  const auto& params = tree.params;
+  const int S = std::max(1, shard_size);
+
+  // Units: hookable modules picked by type or by size, bottom-up (reverse pre-order visits
+  // children before parents), then listed in pre-order after the root.
+  std::vector<int> unit_module{0};  // the root
+  if (!opts.wrap_types.empty() || opts.min_num_params > 0) {
+    std::vector<bool> claimed(params.size(), false), is_unit(modules.size(), false);
+    for (size_t mi = modules.size(); mi-- > 1;) {
+      auto* mod = modules[mi].second;
+      if (!dynamic_cast<Hookable*>(mod)) continue;
+      const std::string& prefix = modules[mi].first;
+      const bool by_type = std::find(opts.wrap_types.begin(), opts.wrap_types.end(), mod->name()) != opts.wrap_types.end();
+      int64_t unclaimed = 0;
+      for (size_t pi = 0; pi < params.size(); ++pi)
+        if (!claimed[pi] && under(params[pi].name, prefix) && !matches_any(params[pi].name, opts.ignored))
+          unclaimed += params[pi].tensor.numel();
+      const bool by_size = opts.min_num_params > 0 && unclaimed >= opts.min_num_params;
+      if (!(by_type || by_size) || unclaimed == 0) continue;
+      is_unit[mi] = true;
+      for (size_t pi = 0; pi < params.size(); ++pi)
+        if (under(params[pi].name, prefix)) claimed[pi] = true;
+    }
+    for (size_t mi = 1; mi < modules.size(); ++mi)
+      if (is_unit[mi]) unit_module.push_back(static_cast<int>(mi));
+  }
+
+  // Each parameter to the innermost unit that contains it, else the root; ignored ones apart.
+  std::vector<std::vector<int>> members(unit_module.size());
+  std::vector<int> ignored;
+  for (size_t pi = 0; pi < params.size(); ++pi) {
+    const std::string& name = params[pi].name;
+    if (matches_any(name, opts.ignored)) {
+      ignored.push_back(static_cast<int>(pi));
+      continue;
+    }
+    size_t best = 0;
+    for (size_t ui = 1; ui < unit_module.size(); ++ui) {
+      const std::string& prefix = modules[unit_module[ui]].first;
+      if (under(name, prefix) && prefix.size() > modules[unit_module[best]].first.size()) best = ui;
+    }
+    members[best].push_back(static_cast<int>(pi));
+  }
+
+  std::vector<UnitPlan> units;
+  for (size_t ui = 0; ui < unit_module.size(); ++ui) {
+    UnitPlan u;
+    u.is_root = ui == 0;
+    u.module = unit_module[ui];
+    u.name = u.is_root ? "<root>" : modules[u.module].first;
+    // Split by dtype: keep_fp32 parameters stay fp32 under mixed precision.
+    std::vector<int> compute, fp32;
+    for (int pi : members[ui]) {
+      const bool keep = opts.mp.param_dtype != at::kFloat && matches_any(params[pi].name, opts.mp.keep_fp32);
+      (keep ? fp32 : compute).push_back(pi);
+    }
+    if (!compute.empty()) u.flats.push_back(make_flat(tree, compute, opts.mp.param_dtype, S, opts.cpu_offload));
+    if (!fp32.empty()) u.flats.push_back(make_flat(tree, fp32, at::kFloat, S, opts.cpu_offload));
+    units.push_back(std::move(u));
+  }
+  if (!ignored.empty()) {
+    UnitPlan u;
+    u.name = "<ignored>";
+    u.is_ignored = true;
+    // Kept whole on every rank (group size 1), in fp32, its gradient averaged like DDP.
+    u.flats.push_back(make_flat(tree, ignored, at::kFloat, 1, opts.cpu_offload));
+    units.push_back(std::move(u));
+  }
+  return units;
+}
+
+std::vector<UnitPlan> plan_units(torch::nn::Module& root, const EngineOptions& opts, int shard_size) {
+  return plan_units(module_tree(root), opts, shard_size);
+}
+
+}  // namespace shardtrain::fsdp

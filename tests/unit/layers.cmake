@@ -1,0 +1,25 @@
+# Layers enforced by the build (docs/architecture.md, "Layers"): a translation unit of a layer that
+# includes a header of a layer it does not depend on fails to compile, and the same include from a
+# layer that does depend on it compiles. Each check builds one EXCLUDE_FROM_ALL object library of
+# layer_include_check.cpp linked like that layer, through a nested build of this tree (hence the
+# lock: one nested build at a time).
+function(shardtrain_layer_check name link header expect)
+  add_library(${name} OBJECT EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/layer_include_check.cpp)
+  target_link_libraries(${name} PRIVATE ${link})
+  target_compile_definitions(${name} PRIVATE SHARDTRAIN_CHECK_HEADER="${header}")
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} --build ${PROJECT_BINARY_DIR} --target ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "unit;layers" RESOURCE_LOCK shardtrain_build_tree TIMEOUT 300)
+  if(expect STREQUAL "fails")
+    string(REPLACE "." "\\." pattern "${header}: No such file or directory")
+    set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "${pattern}")
+  endif()
+endfunction()
+
+# model depends on util and the fsdp hook interface only.
+shardtrain_layer_check(layers_model_cannot_include_comm shardtrain::model shardtrain/comm/comm.h fails)
+shardtrain_layer_check(layers_model_cannot_include_fsdp_engine shardtrain::model shardtrain/fsdp/engine.h fails)
+shardtrain_layer_check(layers_model_includes_fsdp_hook shardtrain::model shardtrain/fsdp/forward_hook.h compiles)
+# util is the bottom layer.
+shardtrain_layer_check(layers_util_cannot_include_deck shardtrain::util shardtrain/deck/deck.h fails)
+# fsdp depends on comm (control: the same kind of include compiles along a declared edge).
+shardtrain_layer_check(layers_fsdp_includes_comm shardtrain::fsdp shardtrain/comm/comm.h compiles)
