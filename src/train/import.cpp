@@ -59,12 +59,7 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
   // The batch plan is not checked here: the import may run at another rank count than the
   // training; the deck's global batch is recorded only for the resume note.
   const ckpt::TrainState st = make_train_state(LoopPosition{}, d.get_int("train.global_batch"), seed, world);
-  ckpt::CheckpointInfo info;
-  info.deck_text = d.resolved_toml();
-  info.model_spec_json = model_spec_json(spec);
-  info.strategy = fsdp::to_string(strategy);
-  info.shard_group_size = mesh->shard_size();
-  info.replicate_size = mesh->replicate_size();
+  const ckpt::CheckpointInfo info = checkpoint_info(job, d);
   const ckpt::IoStats io = ckpt::save_checkpoint(out, engine, optimizer, st, info, world);
   if (rt.rank() == 0) {
     std::printf("imported %s -> %s: %s, %lld parameters, %d ranks (%s, %d replicate x %d shard); wrote %.1f MB in %.2f s\n",

@@ -9,6 +9,7 @@
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
+#include "spec_json.h"
 
 namespace shardtrain::train {
 
@@ -83,6 +84,16 @@ ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOption
     j.engine_options.device = j.device;
   });
   return j;
+}
+
+ckpt::CheckpointInfo checkpoint_info(const ShardedJob& job, const deck::Deck& d) {
+  ckpt::CheckpointInfo info;
+  info.deck_text = d.resolved_toml();
+  info.model_spec_json = model_spec_json(job.spec);
+  info.strategy = fsdp::to_string(job.strategy);
+  info.shard_group_size = job.mesh->shard_size();
+  info.replicate_size = job.mesh->replicate_size();
+  return info;
 }
 
 fsdp::InitFn seeded_init(const model::Model& m, uint64_t seed) {

@@ -254,12 +254,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   ckpt::SaveOptions save_opts;
   save_opts.stuck_seconds = s.write_deadline_s;
   ckpt::CheckpointManager ckpts(s.ckpt_dir, s.keep_last, world, s.async, save_opts, run_dirs.run_id);
-  ckpt::CheckpointInfo info;
-  info.deck_text = d.resolved_toml();
-  info.model_spec_json = model_spec_json(spec);
-  info.strategy = fsdp::to_string(strategy);
-  info.shard_group_size = mesh->shard_size();
-  info.replicate_size = mesh->replicate_size();
+  const ckpt::CheckpointInfo info = checkpoint_info(job, d);
   // Writable checkpoint dir, a regular `latest`, room for one checkpoint: exit 2 now, not after training.
   ckpt::preflight(ckpts.dir(), engine, optimizer, info, world);
   const StartPoint start = resume_or_start(s, run_dirs, ckpts, engine, optimizer, *data, plan.global_batch, device,

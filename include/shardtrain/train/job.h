@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/strategy_comms.h"
@@ -45,6 +46,9 @@ struct ShardedJob {
 
 // Collective; deck errors (bad mesh, device, backend) are raised on every rank.
 ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOptions& o = {});
+
+// What every checkpoint of this job records about it (resolved deck, model spec, strategy, mesh).
+ckpt::CheckpointInfo checkpoint_info(const ShardedJob& job, const deck::Deck& d);
 
 // Parameter initialisation from run.seed, independent of the world size (fresh runs).
 fsdp::InitFn seeded_init(const model::Model& m, uint64_t seed);
