@@ -148,6 +148,23 @@ std::vector<std::string> preset_names() {
 }
 
 
+const std::vector<SpecField>& spec_fields() {
+  static const std::vector<SpecField> f = {
+      {"vocab_size", &ModelSpec::vocab_size},   {"seq_len", &ModelSpec::seq_len},
+      {"d_model", &ModelSpec::d_model},         {"n_layers", &ModelSpec::n_layers},
+      {"n_heads", &ModelSpec::n_heads},         {"n_kv_heads", &ModelSpec::n_kv_heads},
+      {"d_ff", &ModelSpec::d_ff},               {"norm_eps", nullptr, &ModelSpec::norm_eps},
+      {"rope_theta", nullptr, &ModelSpec::rope_theta},
+      {"tie_embeddings", nullptr, nullptr, &ModelSpec::tie_embeddings},
+      {"dropout", nullptr, &ModelSpec::dropout},
+      {"image_size", &ModelSpec::image_size, nullptr, nullptr, true},
+      {"patch_size", &ModelSpec::patch_size, nullptr, nullptr, true},
+      {"channels", &ModelSpec::channels, nullptr, nullptr, true},
+      {"num_classes", &ModelSpec::num_classes, nullptr, nullptr, true},
+  };
+  return f;
+}
+
 InputKind input_kind(const ModelSpec& spec) { return arch_of(spec.arch).input; }
 
 int64_t parameter_count(const ModelSpec& spec) {

@@ -57,28 +57,16 @@ model::ModelSpec model_spec_from_deck(const deck::Deck& d) {
   model::ModelSpec s;
   const std::string preset = d.get_string("model.preset");
   if (!preset.empty()) s = model::preset_spec(preset);
-  auto take_int = [&](const char* key, int64_t& field) {
-    if (preset.empty() || d.is_set(key)) field = d.get_int(key);
-  };
-  auto take_float = [&](const char* key, double& field) {
-    if (preset.empty() || d.is_set(key)) field = d.get_float(key);
-  };
-  if (preset.empty() || d.is_set("model.arch")) s.arch = d.get_string("model.arch");
-  take_int("model.vocab_size", s.vocab_size);
-  take_int("model.seq_len", s.seq_len);
-  take_int("model.d_model", s.d_model);
-  take_int("model.n_layers", s.n_layers);
-  take_int("model.n_heads", s.n_heads);
-  take_int("model.n_kv_heads", s.n_kv_heads);
-  take_int("model.d_ff", s.d_ff);
-  take_float("model.norm_eps", s.norm_eps);
-  take_float("model.rope_theta", s.rope_theta);
-  if (preset.empty() || d.is_set("model.tie_embeddings")) s.tie_embeddings = d.get_bool("model.tie_embeddings");
-  take_int("model.image_size", s.image_size);
-  take_int("model.patch_size", s.patch_size);
-  take_int("model.channels", s.channels);
-  take_int("model.num_classes", s.num_classes);
-  take_float("model.dropout", s.dropout);
+  // A preset fixes every field the deck does not set explicitly.
+  auto wanted = [&](const std::string& key) { return preset.empty() || d.is_set(key); };
+  if (wanted("model.arch")) s.arch = d.get_string("model.arch");
+  for (const model::SpecField& f : model::spec_fields()) {
+    const std::string key = std::string("model.") + f.name;
+    if (!wanted(key)) continue;
+    if (f.int_field) s.*f.int_field = d.get_int(key);
+    if (f.float_field) s.*f.float_field = d.get_float(key);
+    if (f.bool_field) s.*f.bool_field = d.get_bool(key);
+  }
   return model::resolve_spec(s);
 }
 

@@ -10,16 +10,13 @@
 namespace shardtrain::train {
 
 std::string model_spec_json(const model::ModelSpec& s) {
-  nlohmann::json j = {{"arch", s.arch},         {"vocab_size", s.vocab_size}, {"seq_len", s.seq_len},
-                      {"d_model", s.d_model},   {"n_layers", s.n_layers},     {"n_heads", s.n_heads},
-                      {"n_kv_heads", s.n_kv_heads}, {"d_ff", s.d_ff},        {"norm_eps", s.norm_eps},
-                      {"rope_theta", s.rope_theta}, {"tie_embeddings", s.tie_embeddings},
-                      {"dropout", s.dropout}};
-  if (model::input_kind(s) == model::InputKind::Images) {
-    j["image_size"] = s.image_size;
-    j["patch_size"] = s.patch_size;
-    j["channels"] = s.channels;
-    j["num_classes"] = s.num_classes;
+  nlohmann::json j = {{"arch", s.arch}};
+  const bool images = model::input_kind(s) == model::InputKind::Images;
+  for (const model::SpecField& f : model::spec_fields()) {
+    if (f.images_only && !images) continue;
+    if (f.int_field) j[f.name] = s.*f.int_field;
+    if (f.float_field) j[f.name] = s.*f.float_field;
+    if (f.bool_field) j[f.name] = s.*f.bool_field;
   }
   return j.dump();
 }
@@ -48,26 +45,19 @@ model::ModelSpec model_spec_from_json(const std::string& text, const std::string
     if (!j["arch"].is_string()) throw UserError(what + ": model_spec arch is not a string");
     s.arch = j["arch"].get<std::string>();
   }
-  take_int("vocab_size", s.vocab_size);
-  take_int("seq_len", s.seq_len);
-  take_int("d_model", s.d_model);
-  take_int("n_layers", s.n_layers);
-  take_int("n_heads", s.n_heads);
-  take_int("n_kv_heads", s.n_kv_heads);
-  take_int("d_ff", s.d_ff);
-  take_float("norm_eps", s.norm_eps);
-  take_float("rope_theta", s.rope_theta);
-  if (j.contains("tie_embeddings")) {
-    if (!j["tie_embeddings"].is_boolean()) throw UserError(what + ": model_spec tie_embeddings is not a boolean");
-    s.tie_embeddings = j["tie_embeddings"].get<bool>();
+  for (const model::SpecField& f : model::spec_fields()) {
+    if (f.int_field) take_int(f.name, s.*f.int_field);
+    if (f.float_field) take_float(f.name, s.*f.float_field);
+    if (f.bool_field && j.contains(f.name)) {
+      if (!j[f.name].is_boolean()) throw UserError(what + ": model_spec " + f.name + " is not a boolean");
+      s.*f.bool_field = j[f.name].get<bool>();
+    }
   }
-  take_float("dropout", s.dropout);
-  take_int("image_size", s.image_size);
-  take_int("patch_size", s.patch_size);
-  take_int("channels", s.channels);
-  take_int("num_classes", s.num_classes);
-  if (s.arch != "gpt2" && s.arch != "llama" && s.arch != "vit")
-    throw UserError(what + ": model_spec arch '" + s.arch + "' is not gpt2, llama or vit");
+  try {
+    model::input_kind(s);  // an architecture the model layer knows
+  } catch (const UserError& e) {
+    throw UserError(what + ": model_spec: " + e.what());
+  }
   return model::resolve_spec(s);
 }
 

@@ -37,6 +37,18 @@ struct ModelSpec {
   double dropout = 0.0;
 };
 
+// Every numeric and boolean ModelSpec field by name: the deck's `model.<name>` key and the
+// checkpoint's model_spec JSON key. The deck reader and the JSON writer/reader enumerate this
+// list, so a new field is added here once (arch, a string, is read on its own).
+struct SpecField {
+  const char* name;
+  int64_t ModelSpec::*int_field = nullptr;
+  double ModelSpec::*float_field = nullptr;
+  bool ModelSpec::*bool_field = nullptr;
+  bool images_only = false;  // meaningful only for image models (written to JSON for those only)
+};
+const std::vector<SpecField>& spec_fields();
+
 // What forward() takes: token ids [B, T] (language models) or images [B, C, H, W] (classifiers).
 enum class InputKind { Tokens, Images };
 // spec.arch's input (UserError for an unknown arch).
