@@ -156,7 +156,8 @@ StepBytesBound step_bytes_lower_bound(const model::ModelSpec& spec, int64_t micr
   b.params = static_cast<double>(model::parameter_count(spec));
   b.state = 8.0 * b.params / std::max(1, world_size);
   double tokens = static_cast<double>(spec.seq_len);
-  if (spec.arch == "vit") {
+  const bool images = model::input_kind(spec) == model::InputKind::Images;
+  if (images) {  // a token per patch and the class token
     const double side = static_cast<double>(spec.image_size / spec.patch_size);
     tokens = side * side + 1;
   } else {
@@ -191,7 +192,7 @@ void check_fits_host_memory(const deck::Deck& d, const model::ModelSpec& spec, c
                                   std::to_string(spec.vocab_size) + " x 4 bytes) alone take "
                             : "one layer's attention scores (train.micro_batch " + std::to_string(plan.micro_batch) +
                                   " x model.n_heads " + std::to_string(spec.n_heads) + " x " +
-                                  (spec.arch == "vit" ? std::string("patches") : std::string("model.seq_len")) +
+                                  (model::input_kind(spec) == model::InputKind::Images ? std::string("patches") : std::string("model.seq_len")) +
                                   "^2 x 4 bytes) alone take ") +
           gib(act);
   else
