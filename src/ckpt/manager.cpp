@@ -16,6 +16,7 @@
 #include "shardtrain/ckpt/async_writer.h"
 #include "shardtrain/ckpt/run_dir.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
@@ -32,11 +33,7 @@ int comm_rank(MPI_Comm c) {
 }
 
 void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) throw IoError("cannot open directory " + dir + " to fsync it: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0 && errno != EINVAL) throw IoError("fsync of directory " + dir + " failed: " + std::strerror(errno));
+  if (int e = io::fsync_dir(dir)) throw IoError("fsync of directory " + dir + " failed: " + io::errno_text(e));
 }
 
 // Rank 0's list of names, the same on every rank.
@@ -174,23 +171,8 @@ void CheckpointManager::finish(const std::string& tmp, const std::string& final_
 }
 
 void CheckpointManager::point_latest(const std::string& final_path) {
-  // latest: replaced atomically, only after the checkpoint itself is in place.
-  const std::string latest = (fs::path(dir_) / "latest").string(), tmp = latest + ".tmp";
-  {
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) throw IoError("cannot write " + tmp + ": " + std::strerror(errno));
-    const std::string text = fs::path(final_path).filename().string() + "\n";
-    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-    const int err = errno;
-    ::close(fd);
-    if (!ok) {
-      ::unlink(tmp.c_str());
-      throw IoError("cannot write " + tmp + ": " + std::strerror(err));
-    }
-  }
-  if (std::rename(tmp.c_str(), latest.c_str()) != 0)
-    throw IoError("cannot rename " + tmp + " to " + latest + ": " + std::strerror(errno));
-  fsync_dir(dir_);
+  // latest: replaced atomically (tmp + rename), only after the checkpoint itself is in place.
+  io::write_file_atomic((fs::path(dir_) / "latest").string(), fs::path(final_path).filename().string() + "\n");
 }
 
 void CheckpointManager::commit(const std::string& final_path) {

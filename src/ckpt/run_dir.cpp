@@ -11,15 +11,15 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
-#include <sstream>
 
 #include "file_checks.h"
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/file_io.h"
+#include "shardtrain/util/small_file.h"
 #include "shardtrain/util/log.h"
 
 namespace fs = std::filesystem;
@@ -44,39 +44,6 @@ std::string host_name() {
   char h[256] = {0};
   if (gethostname(h, sizeof h - 1) != 0) return "?";
   return h;
-}
-
-// A small regular file read whole (bounded: never a FIFO or a device).
-std::optional<std::string> read_small_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  if (!S_ISREG(st.st_mode)) throw UserError(path + ": not a regular file");
-  if (static_cast<size_t>(st.st_size) > kSmallFileCap)
-    throw UserError(path + ": " + std::to_string(st.st_size) + " bytes, more than a run record can be (" +
-                    std::to_string(kSmallFileCap) + ")");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// Whole content written and synced, or an IoError naming the file and errno.
-void write_all(int fd, const std::string& text, const std::string& path) {
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw IoError(path + ": write failed: " + std::strerror(errno));
-    off += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 && errno != EINVAL) throw IoError(path + ": fsync failed: " + std::strerror(errno));
 }
 
 std::string describe_holder(const std::string& text) {
@@ -132,10 +99,11 @@ RunRecord this_process_record(const std::string& run_id) {
 
 std::optional<RunRecord> read_run_record(const std::string& dir) {
   const std::string path = (fs::path(dir) / kRecordName).string();
-  std::optional<std::string> text = read_small_file(path);
-  if (!text) return std::nullopt;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;
+  const std::string text = read_small_file(path, kSmallFileCap, "run record");
   try {
-    nlohmann::json j = nlohmann::json::parse(*text);
+    nlohmann::json j = nlohmann::json::parse(text);
     RunRecord r;
     r.run_id = j.at("run_id").get<std::string>();
     r.started = j.value("started", std::string());
@@ -151,25 +119,9 @@ std::optional<RunRecord> read_run_record(const std::string& dir) {
 }
 
 void write_run_record(const std::string& dir, const RunRecord& r) {
-  const std::string path = (fs::path(dir) / kRecordName).string(), tmp = path + ".tmp";
   nlohmann::json j = {{"run_id", r.run_id}, {"started", r.started}, {"host", r.host},
                       {"pid", r.pid},       {"job_id", r.job_id}};
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw IoError(tmp + ": cannot create: " + std::strerror(errno));
-  try {
-    write_all(fd, j.dump(2) + "\n", tmp);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw IoError("cannot rename " + tmp + " to " + path + ": " + std::strerror(err));
-  }
-  fsync_dir(dir);
+  io::write_file_atomic((fs::path(dir) / kRecordName).string(), j.dump(2) + "\n");
 }
 
 std::vector<StepFile> list_step_files(const std::string& dir) {
@@ -275,8 +227,8 @@ std::string move_aside(const std::string& dir, const std::string& label, const s
     if (std::rename(f.c_str(), to.c_str()) != 0)
       throw IoError("cannot move " + f + " to " + to.string() + ": " + std::strerror(errno));
   }
-  fsync_dir(target.string());
-  fsync_dir(dir);
+  io::fsync_dir(target.string());
+  io::fsync_dir(dir);
   return target.string();
 }
 

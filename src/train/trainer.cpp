@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <vector>
 
 #include "checkpointer.h"
 #include "data_source.h"
@@ -286,11 +287,15 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     // Summed on the device: reading each micro-batch's loss would stall the host (and with
     // it the next micro-batch's launches) on every micro-batch.
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+    // The step's micro-batches read up front, in one agreement: an id >= vocab_size on any rank
+    // is one UserError (file, offset) on every rank, for one collective per step.
+    std::vector<Batch> batches(static_cast<size_t>(plan.grad_accum));
+    runtime::run_agreed(world, [&] {
+      for (int mb = 0; mb < plan.grad_accum; ++mb) batches[mb] = data->train_batch(at.cursor, mb);
+    });
     for (int mb = 0; mb < plan.grad_accum; ++mb) {
       engine.set_last_micro_batch(mb == plan.grad_accum - 1);
-      Batch b;  // an id >= vocab_size in this batch: one UserError (file, offset) on every rank
-      runtime::run_agreed(world, [&] { b = data->train_batch(at.cursor, mb); });
-      b = on_device(b, device);
+      const Batch b = on_device(std::move(batches[mb]), device);
       at::Tensor loss = net->loss(b.inputs, b.targets) / static_cast<double>(plan.grad_accum);
       loss.backward();
       loss_sum.add_(loss.detach().to(at::kDouble));
