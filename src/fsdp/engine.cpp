@@ -304,9 +304,9 @@ struct Engine::Impl {
     at::Tensor out = at::empty({fp.shard_numel}, in.options());
     comm::Comm* c = u.shard_rs ? u.shard_rs : u.shard;
     pending.push_back({&fp, c->reduce_scatter(out, in, comm::ReduceOp::Avg), out, in});
-    // Unsharded gradient buffers live until their reduce-scatter is done: retire the
-    // finished ones now, and wait for the oldest beyond a few, so backward holds a
-    // bounded number of them instead of the whole model's.
+    // Unsharded gradient buffers live until their reduce-scatter is retired: wait for the
+    // oldest beyond a few, so backward holds a bounded number of them instead of the whole
+    // model's.
     retire_reductions(kMaxPendingReductions);
   }
 
@@ -344,10 +344,10 @@ struct Engine::Impl {
     drain_d2h(kMaxPendingCopies);
   }
 
-  // Adds finished device->host gradient copies into their shards, in issue order, and waits
-  // for more until at most `keep` remain.
+  // Adds device->host gradient copies into their shards, in issue order, waiting for each,
+  // until at most `keep` remain (by count only, as retire_reductions).
   void drain_d2h(size_t keep) {
-    while (!d2h.empty() && (d2h.size() > keep || d2h.front().done->query())) {
+    while (d2h.size() > keep) {
       PendingD2H& d = d2h.front();
       double t0 = now_seconds();
       d.done->synchronize();
@@ -357,10 +357,13 @@ struct Engine::Impl {
     }
   }
 
-  // Retires completed reductions in issue order, and more until at most `keep` remain.
+  // Retires reductions in issue order until at most `keep` remain. Only the count decides,
+  // never whether one has already completed: then which buffers are alive at each point of
+  // backward, and so the peak, is the same in every run (the memory planner's bound, and what
+  // `maxbatch` measures), not a race with the communication thread.
   void retire_reductions(size_t keep) {
     size_t done = 0;
-    while (done < pending.size() && (pending.size() - done > keep || pending[done].work->is_completed()))
+    while (pending.size() - done > keep)
       retire(pending[done++]);
     pending.erase(pending.begin(), pending.begin() + done);
   }

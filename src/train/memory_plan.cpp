@@ -131,10 +131,9 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   const int64_t U_blk2 = reshard_fwd ? Ur + Ub * (1 + (prefetch && nb >= 3 ? 1 : 0)) : Ur + std::max<int64_t>(0, nb - 1) * Ub;
   const int64_t U_blk3 = reshard_fwd ? Ur + Ub * (1 + (prefetch && nb >= 4 ? 1 : 0)) : Ur + std::max<int64_t>(0, nb - 2) * Ub;
   const int64_t U_end = no_shard ? Ur + nb * Ub : Ur;
-  // A finished block's reduce-scatter input and output stay until it is retired: completed
-  // ones at the next block's reduce, and at most fsdp::kMaxPendingReductions (2) are kept.
-  // Whether one or two are held depends on timing, so the plan takes the bound (two once two
-  // blocks have finished).
+  // A finished block's reduce-scatter input and output stay until it is retired, and the
+  // engine retires by count only: fsdp::kMaxPendingReductions (2) are kept, whether or not
+  // they have completed, so two are held once two blocks have finished, in every run.
   static_assert(fsdp::kMaxPendingReductions == 2, "the instants below follow two pending reductions");
   constexpr int64_t kMaxPending = static_cast<int64_t>(fsdp::kMaxPendingReductions);
   const int64_t pending = !no_shard && S > 1 ? pend_b : 0;
