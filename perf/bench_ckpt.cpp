@@ -63,7 +63,7 @@ struct Setup {
     for (size_t i = 0; i < engine->flat_params().size(); ++i)  // non-trivial state bytes
       for (size_t k = 0; k < 2; ++k) {
         float* p = opt->state(i, k);
-        for (int64_t j = 0; j < engine->flat_params()[i]->shard_numel; ++j) p[j] = 1e-3f * static_cast<float>(j % 977);
+        for (int64_t j = 0; j < engine->flat_params()[i]->shard_numel(); ++j) p[j] = 1e-3f * static_cast<float>(j % 977);
       }
   }
 };
@@ -210,7 +210,6 @@ int main(int argc, char** argv) {
       full.engine->zero_grad();
       full.model->loss(tokens, targets).backward();
       full.opt->step(1e-4);
-      full.engine->mark_params_updated();
       if (mgr && i % every == 0) {
         mgr->save(i, *full.engine, *full.opt, st, {});
         max_save_call = std::max(max_save_call, mgr->last_stall_seconds());

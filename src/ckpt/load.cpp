@@ -63,7 +63,7 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
   // Shards in device memory are read into host buffers and copied over once all is checked.
   const bool staged = lo.staged || !snapshot_in_host_memory(engine, opt);
   std::vector<std::vector<float>> pool;
-  Snapshot snap = staged ? staged_snapshot(engine, opt, pool, /*copy=*/false) : view_snapshot(engine, opt);
+  Snapshot snap = staged ? staged_snapshot(engine, opt, pool, /*copy=*/false) : view_snapshot(engine, opt, SnapshotAccess::Write);
   std::vector<ParamPlan> plan = make_plan(snap, world, /*split=*/true);
   const size_t ns = snap.state_names.size();
   H5Id file;
@@ -150,7 +150,6 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
   }
   if (staged) restore_staged(snap, engine, opt);
   opt.set_steps_taken(opt_steps);
-  engine.mark_params_updated();
   return IoStats{timer.seconds(), snapshot_file_bytes(snap)};
 }
 

@@ -27,8 +27,8 @@ int64_t estimated_checkpoint_bytes(fsdp::Engine& engine, fsdp::ShardedOptimizer&
   // The layout only (no data pointers): works for shards in device memory too.
   int64_t numel = 0, params = 0;
   for (fsdp::FlatParam* fp : engine.flat_params()) {
-    numel += fp->numel;
-    params += static_cast<int64_t>(fp->slots.size());
+    numel += fp->numel();
+    params += static_cast<int64_t>(fp->slots().size());
   }
   const int64_t arrays = 1 + static_cast<int64_t>(opt.state_names().size());
   // + the data cursor and RNG states: a few KiB per rank at most, inside the margin below.

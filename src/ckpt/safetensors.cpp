@@ -180,7 +180,7 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
   std::vector<fsdp::FlatParam*> flats = engine.flat_params();
   std::map<std::string, std::pair<fsdp::FlatParam*, const fsdp::ParamSlot*>> params;
   for (fsdp::FlatParam* fp : flats)
-    for (const auto& s : fp->slots) params[s.name] = {fp, &s};
+    for (const auto& s : fp->slots()) params[s.name] = {fp, &s};
   std::vector<std::string> files;
   std::map<std::string, std::pair<size_t, SafetensorsEntry>> entries;  // name -> (file index, entry)
   // Check everything first; then every rank reads only what its shards cover.
@@ -214,12 +214,12 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
   runtime::run_agreed(world, [&] {
     std::vector<Fd> fds(files.size());
     for (fsdp::FlatParam* fp : flats) {
-      const int64_t sb = static_cast<int64_t>(fp->shard_rank) * fp->shard_numel, se = sb + fp->shard_numel;
+      const int64_t sb = static_cast<int64_t>(fp->shard_rank()) * fp->shard_numel(), se = sb + fp->shard_numel();
       // Shards in device memory: read into a host copy (its padding stays as it was), copy back.
-      const bool on_host = fp->master.device().is_cpu();
-      at::Tensor host = on_host ? fp->master : fp->master.to(at::kCPU);
+      const bool on_host = fp->master().device().is_cpu();
+      at::Tensor host = on_host ? fp->write_master() : fp->master().to(at::kCPU);
       float* master = host.data_ptr<float>();
-      for (const auto& s : fp->slots) {
+      for (const auto& s : fp->slots()) {
         int64_t a = std::max(sb, s.offset), b = std::min(se, s.offset + s.numel);
         if (a >= b) continue;
         const auto& [fi, e] = entries[s.name];
@@ -252,10 +252,9 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
                           std::to_string(bad) + " in this rank's part, the first at flat index " +
                           std::to_string(first) + ")");
       }
-      if (!on_host) fp->master.copy_(host);
+      if (!on_host) fp->write_master().copy_(host);
     }
   });
-  engine.mark_params_updated();
 }
 
 }  // namespace shardtrain::ckpt

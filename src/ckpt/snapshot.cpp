@@ -19,17 +19,17 @@ Snapshot layout_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
   std::vector<fsdp::FlatParam*> flats = engine.flat_params();
   for (size_t i = 0; i < flats.size(); ++i) {
     fsdp::FlatParam& fp = *flats[i];
-    ST_CHECK(fp.master.defined() && fp.master.scalar_type() == at::kFloat && fp.master.is_contiguous() &&
-                 fp.master.numel() == fp.shard_numel,
-             "flat param ", i, ": master is not a contiguous fp32 shard of ", fp.shard_numel);
+    ST_CHECK(fp.master().defined() && fp.master().scalar_type() == at::kFloat && fp.master().is_contiguous() &&
+                 fp.master().numel() == fp.shard_numel(),
+             "flat param ", i, ": master is not a contiguous fp32 shard of ", fp.shard_numel());
     FlatView v;
-    for (const auto& slot : fp.slots) v.slots.push_back({slot.name, slot.shape, slot.offset, slot.numel});
-    v.numel = fp.numel;
-    v.padded = fp.padded;
-    v.shard_numel = fp.shard_numel;
-    v.shard_rank = fp.shard_rank;
-    v.shard_size = fp.shard_size;
-    v.shard_begin = static_cast<int64_t>(fp.shard_rank) * fp.shard_numel;
+    for (const auto& slot : fp.slots()) v.slots.push_back({slot.name, slot.shape, slot.offset, slot.numel});
+    v.numel = fp.numel();
+    v.padded = fp.padded();
+    v.shard_numel = fp.shard_numel();
+    v.shard_rank = fp.shard_rank();
+    v.shard_size = fp.shard_size();
+    v.shard_begin = static_cast<int64_t>(fp.shard_rank()) * fp.shard_numel();
     v.states.assign(s.state_names.size(), nullptr);
     s.flats.push_back(std::move(v));
   }
@@ -44,19 +44,19 @@ bool snapshot_in_host_memory(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) 
   std::vector<fsdp::FlatParam*> flats = engine.flat_params();
   const size_t ns = opt.state_names().size();
   for (size_t i = 0; i < flats.size(); ++i) {
-    if (!flats[i]->master.device().is_cpu()) return false;
+    if (!flats[i]->master().device().is_cpu()) return false;
     for (size_t k = 0; k < ns; ++k)
       if (!opt.state_tensor(i, k).device().is_cpu()) return false;
   }
   return true;
 }
 
-Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
+Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, SnapshotAccess access) {
   ST_CHECK(snapshot_in_host_memory(engine, opt), "view_snapshot: shards in device memory (use staged_snapshot)");
   Snapshot s = layout_snapshot(engine, opt);
   std::vector<fsdp::FlatParam*> flats = engine.flat_params();
   for (size_t i = 0; i < flats.size(); ++i) {
-    s.flats[i].master = flats[i]->master.data_ptr<float>();
+    s.flats[i].master = (access == SnapshotAccess::Write ? flats[i]->write_master() : flats[i]->master()).data_ptr<float>();
     for (size_t k = 0; k < s.state_names.size(); ++k) s.flats[i].states[k] = opt.state(i, k);
   }
   return s;
@@ -77,7 +77,7 @@ Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, std:
       p = buf.data();
       if (copy && v.shard_numel) host_floats(p, v.shard_numel).copy_(from);
     };
-    stage(v.master, flats[i]->master);
+    stage(v.master, flats[i]->master());
     for (size_t k = 0; k < s.state_names.size(); ++k) stage(v.states[k], opt.state_tensor(i, k));
   }
   pool.resize(next);
@@ -90,7 +90,7 @@ void restore_staged(const Snapshot& s, fsdp::Engine& engine, fsdp::ShardedOptimi
   for (size_t i = 0; i < flats.size(); ++i) {
     const FlatView& v = s.flats[i];
     if (v.shard_numel == 0) continue;
-    flats[i]->master.copy_(host_floats(v.master, v.shard_numel));
+    flats[i]->write_master().copy_(host_floats(v.master, v.shard_numel));
     for (size_t k = 0; k < v.states.size(); ++k) opt.state_tensor(i, k).copy_(host_floats(v.states[k], v.shard_numel));
   }
 }

@@ -1,18 +1,139 @@
-// FlatParam helpers: storage resizing and version-independent aliases.
+// FlatParam: sharded initialisation from a FlatPlan, the unsharded buffer's state transitions,
+// storage resizing and version-independent aliases.
 #include "shardtrain/fsdp/flat_param.h"
 
 #include <c10/core/StorageImpl.h>
+#include <torch/csrc/autograd/grad_mode.h>
 
 #include "shardtrain/fsdp/wrap.h"
+#include "shardtrain/util/error.h"
 #include "shardtrain/util/torch_compat.h"
 
 namespace shardtrain::fsdp {
+namespace {
 
-bool FlatParam::aliases_master() const { return fsdp::aliases_master(shard_size, dtype, offloaded); }
+// Module::parameters_ is protected; the flat must swap meta parameters for real ones in place
+// (same dict entry) so the model keeps working unchanged.
+struct ModuleAccess : torch::nn::Module {
+  static torch::OrderedDict<std::string, at::Tensor>& params(torch::nn::Module& m) {
+    return m.*(&ModuleAccess::parameters_);
+  }
+};
+
+const char* state_name(FlatParam::State s) {
+  switch (s) {
+    case FlatParam::State::Sharded: return "sharded";
+    case FlatParam::State::Gathering: return "gathering";
+    case FlatParam::State::Unsharded: return "unsharded";
+  }
+  return "?";
+}
+
+}  // namespace
+
+FlatParam::FlatParam(const FlatPlan& plan, const ModuleTree& tree, int shard_rank, const InitParam& init,
+                     const c10::Device& device, bool offload)
+    : dtype_(plan.dtype),
+      numel_(plan.numel),
+      padded_(plan.padded),
+      shard_numel_(plan.shard_numel),
+      shard_rank_(plan.shard_size > 1 ? shard_rank : 0),
+      shard_size_(plan.shard_size),
+      offloaded_(offload) {
+  for (const ParamPlan& p : plan.params) {
+    ParamSlot s;
+    s.name = p.name;
+    s.shape = p.shape;
+    s.numel = p.numel;
+    s.offset = p.offset;
+    s.owners = tree.params[p.index].owners;
+    slots_.push_back(std::move(s));
+  }
+  // The whole flat parameter in fp32, filled parameter by parameter from the init rule,
+  // so the values do not depend on the world size; only this rank's slice is kept.
+  at::Tensor whole = at::zeros({padded_}, at::kFloat);
+  {
+    torch::autograd::AutoGradMode no_grad(false);
+    for (auto& s : slots_) {
+      at::Tensor view = whole.narrow(0, s.offset, s.numel).view(s.shape);
+      init(s.name, view);
+    }
+  }
+  // Offloaded state on a CUDA device goes to pinned host memory (asynchronous copies).
+  const at::TensorOptions host_state =
+      at::TensorOptions().dtype(at::kFloat).pinned_memory(offload && device.is_cuda());
+  const at::TensorOptions state = offload ? host_state : at::TensorOptions().dtype(at::kFloat).device(device);
+  if (aliases_master()) {
+    master_ = whole.to(device);  // the same tensor on a CPU device
+    full_ = master_;
+  } else {
+    at::Tensor mine = whole.narrow(0, shard_rank_ * shard_numel_, shard_numel_);
+    if (offload) {
+      master_ = at::empty({shard_numel_}, host_state);
+      master_.copy_(mine);
+    } else {
+      master_ = device.is_cpu() ? mine.clone() : mine.to(device);
+    }
+    full_ = at::empty({padded_}, at::TensorOptions().dtype(dtype_).device(device));
+  }
+  whole = at::Tensor();
+  grad_shard_ = at::zeros({shard_numel_}, state);
+  for (auto& s : slots_) {
+    s.param = storage_alias(full_, s.offset, s.shape);
+    s.param.requires_grad_(true);
+    for (auto& [module, local] : s.owners) ModuleAccess::params(*module)[local] = s.param;
+  }
+  if (aliases_master()) {
+    state_ = State::Unsharded;
+  } else {
+    resize_storage(full_, 0);
+    state_ = State::Sharded;
+  }
+  stale_ = true;
+}
+
+bool FlatParam::aliases_master() const { return fsdp::aliases_master(shard_size_, dtype_, offloaded_); }
 
 int64_t FlatParam::live_full_bytes() const {
-  if (!full.defined()) return 0;
-  return static_cast<int64_t>(full.storage().nbytes());
+  if (!full_.defined()) return 0;
+  return static_cast<int64_t>(full_.storage().nbytes());
+}
+
+at::Tensor FlatParam::begin_fill() {
+  ST_CHECK(needs_gather() && !gather_work_, "flat param: fill while ", state_name(state_),
+           stale_ ? " (stale)" : "");
+  stale_ = false;
+  if (aliases_master()) {
+    state_ = State::Unsharded;
+    return at::Tensor();
+  }
+  resize_storage(full_, full_bytes());  // on the compute stream
+  return storage_alias(full_, shard_rank_ * shard_numel_, {shard_numel_});
+}
+
+void FlatParam::gathering(comm::WorkPtr work) {
+  ST_CHECK(work && !gather_work_ && live_full_bytes() == full_bytes(), "flat param: gathering while ",
+           state_name(state_));
+  gather_work_ = std::move(work);
+  state_ = State::Gathering;
+}
+
+void FlatParam::filled() {
+  ST_CHECK(!gather_work_, "flat param: filled while a gather is in flight");
+  state_ = State::Unsharded;
+}
+
+comm::WorkPtr FlatParam::take_gather_work() {
+  if (state_ != State::Gathering) return nullptr;
+  state_ = State::Unsharded;
+  return std::move(gather_work_);
+}
+
+void FlatParam::release() {
+  ST_CHECK(state_ != State::Gathering, "flat param: freeing memory a collective is writing");
+  if (aliases_master()) return;
+  resize_storage(full_, 0);
+  state_ = State::Sharded;
 }
 
 void resize_storage(const at::Tensor& t, int64_t nbytes) {

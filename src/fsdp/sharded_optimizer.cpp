@@ -18,18 +18,18 @@ namespace shardtrain::fsdp {
 
 optim::DecayMask shard_decay_mask(const FlatParam& fp, const std::vector<std::string>& no_decay) {
   std::vector<optim::ElementRange> ranges;
-  for (const auto& s : fp.slots) {
+  for (const auto& s : fp.slots()) {
     if (!matches_any(s.name, no_decay)) ranges.push_back({s.offset, s.offset + s.numel});
   }
-  const int64_t begin = fp.shard_rank * fp.shard_numel;
-  return optim::DecayMask(std::move(ranges)).restrict_to(begin, begin + fp.shard_numel);
+  const int64_t begin = fp.shard_rank() * fp.shard_numel();
+  return optim::DecayMask(std::move(ranges)).restrict_to(begin, begin + fp.shard_numel());
 }
 
 ShardedOptimizer::ShardedOptimizer(Engine& engine, OptimizerConfig cfg)
     : engine_(engine), cfg_(std::move(cfg)), flats_(engine.flat_params()) {
   ST_USER_CHECK(cfg_.name == "adamw" || cfg_.name == "sgd", "unknown optimizer.name '", cfg_.name,
                 "' (adamw, sgd)");
-  on_device_ = cfg_.state_as_tensors || (!flats_.empty() && !flats_.front()->master.device().is_cpu());
+  on_device_ = cfg_.state_as_tensors || (!flats_.empty() && !flats_.front()->master().device().is_cpu());
   if (on_device_) {
     if (cfg_.name == "adamw") cfg_.adamw.validate();
     else cfg_.sgd.validate();
@@ -38,11 +38,11 @@ ShardedOptimizer::ShardedOptimizer(Engine& engine, OptimizerConfig cfg)
       DeviceState d;
       if (cfg_.name == "adamw") {
         const std::vector<int64_t> b = optim::decay_bounds(masks_.back(), cfg_.adamw);
-        d.exp_avg = at::zeros_like(fp->master);
-        d.exp_avg_sq = at::zeros_like(fp->master);
-        d.bounds = at::tensor(at::ArrayRef<int64_t>(b), at::TensorOptions().dtype(at::kLong)).to(fp->master.device());
+        d.exp_avg = at::zeros_like(fp->master());
+        d.exp_avg_sq = at::zeros_like(fp->master());
+        d.bounds = at::tensor(at::ArrayRef<int64_t>(b), at::TensorOptions().dtype(at::kLong)).to(fp->master().device());
       } else if (cfg_.sgd.momentum != 0.0f) {
-        d.momentum = at::zeros_like(fp->master);
+        d.momentum = at::zeros_like(fp->master());
       }
       dev_.push_back(std::move(d));
     }
@@ -51,9 +51,9 @@ ShardedOptimizer::ShardedOptimizer(Engine& engine, OptimizerConfig cfg)
   for (FlatParam* fp : flats_) {
     masks_.push_back(shard_decay_mask(*fp, cfg_.no_decay));
     if (cfg_.name == "adamw")
-      adamw_.push_back(std::make_unique<optim::FusedAdamW>(fp->shard_numel, cfg_.adamw));
+      adamw_.push_back(std::make_unique<optim::FusedAdamW>(fp->shard_numel(), cfg_.adamw));
     else
-      sgd_.push_back(std::make_unique<optim::FusedSGD>(fp->shard_numel, cfg_.sgd));
+      sgd_.push_back(std::make_unique<optim::FusedSGD>(fp->shard_numel(), cfg_.sgd));
   }
 }
 
@@ -65,13 +65,13 @@ void ShardedOptimizer::step_host_threaded(float lr) {
     int64_t begin, end;
   };
   int64_t total = 0;
-  for (FlatParam* fp : flats_) total += fp->shard_numel;
+  for (FlatParam* fp : flats_) total += fp->shard_numel();
   const int threads = host_threads();
   const int64_t target = std::max<int64_t>(1 << 16, total / (4 * threads) + 1);
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < flats_.size(); ++i)
-    for (int64_t b = 0; b < flats_[i]->shard_numel; b += target)
-      chunks.push_back({i, b, std::min(flats_[i]->shard_numel, b + target)});
+    for (int64_t b = 0; b < flats_[i]->shard_numel(); b += target)
+      chunks.push_back({i, b, std::min(flats_[i]->shard_numel(), b + target)});
   const int64_t step = adamw_.front()->steps_taken() + 1;
   std::atomic<size_t> next{0};
   std::exception_ptr error;
@@ -82,7 +82,7 @@ void ShardedOptimizer::step_host_threaded(float lr) {
       FlatParam& fp = *flats_[c.flat];
       optim::FusedAdamW& o = *adamw_[c.flat];
       try {
-        optim::adamw_step(fp.master.data_ptr<float>() + c.begin, fp.grad_shard.data_ptr<float>() + c.begin,
+        optim::adamw_step(fp.master().data_ptr<float>() + c.begin, fp.grad_shard().data_ptr<float>() + c.begin,
                           o.exp_avg() + c.begin, o.exp_avg_sq() + c.begin, c.end - c.begin,
                           masks_[c.flat].restrict_to(c.begin, c.end), o.config(), lr, step);
       } catch (...) {
@@ -113,60 +113,60 @@ void ShardedOptimizer::step_on_device(float lr) {
       // The Kokkos kernel's operations (sgd.cpp), as tensor operations: the decayed ranges take
       // d = g + wd*p, then the momentum buffer (a copy of d on the first step), then p -= lr*d.
       const optim::SGDConfig& c = cfg_.sgd;
-      at::Tensor dp = fp.grad_shard;
+      at::Tensor dp = fp.grad_shard();
       if (c.weight_decay != 0.0f && !masks_[i].ranges().empty()) {
         dp = dp.clone();
         for (const auto& r : masks_[i].ranges())
-          dp.narrow(0, r.begin, r.size()).add_(fp.master.narrow(0, r.begin, r.size()), c.weight_decay);
+          dp.narrow(0, r.begin, r.size()).add_(fp.master().narrow(0, r.begin, r.size()), c.weight_decay);
       }
       if (c.momentum != 0.0f) {
         if (step == 1) d.momentum.copy_(dp);
         else d.momentum.mul_(c.momentum).add_(dp);
         dp = c.nesterov ? dp.add(d.momentum, c.momentum) : d.momentum;
       }
-      fp.master.add_(dp, -lr);
+      fp.write_master().add_(dp, -lr);
       continue;
     }
     const optim::AdamWScalars s = optim::adamw_scalars(cfg_.adamw, lr, step);
-    if (optim::adamw_cuda_built() && fp.master.is_cuda()) {
-      optim::adamw_step_cuda(fp.master.data_ptr<float>(), fp.grad_shard.data_ptr<float>(),
-                             d.exp_avg.data_ptr<float>(), d.exp_avg_sq.data_ptr<float>(), fp.shard_numel,
+    if (optim::adamw_cuda_built() && fp.master().is_cuda()) {
+      optim::adamw_step_cuda(fp.write_master().data_ptr<float>(), fp.grad_shard().data_ptr<float>(),
+                             d.exp_avg.data_ptr<float>(), d.exp_avg_sq.data_ptr<float>(), fp.shard_numel(),
                              d.bounds.data_ptr<int64_t>(), d.bounds.numel(), s,
-                             current_cuda_stream(fp.master.device()));
+                             current_cuda_stream(fp.master().device()));
       continue;
     }
     // No nvcc in this build (or a host master): the kernel's update in libtorch operations, in
     // its operation order (rounding may differ: no fused multiply-add control).
     if (cfg_.adamw.weight_decay != 0.0f)
-      for (const auto& r : masks_[i].ranges()) fp.master.narrow(0, r.begin, r.size()).mul_(s.decay_factor);
-    d.exp_avg.mul_(s.beta1).add_(fp.grad_shard, s.one_minus_beta1);
-    d.exp_avg_sq.mul_(s.beta2).addcmul_(fp.grad_shard, fp.grad_shard, s.one_minus_beta2);
-    fp.master.addcdiv_(d.exp_avg, d.exp_avg_sq.sqrt().add_(s.eps_scaled), s.neg_step_size);
+      for (const auto& r : masks_[i].ranges()) fp.write_master().narrow(0, r.begin, r.size()).mul_(s.decay_factor);
+    d.exp_avg.mul_(s.beta1).add_(fp.grad_shard(), s.one_minus_beta1);
+    d.exp_avg_sq.mul_(s.beta2).addcmul_(fp.grad_shard(), fp.grad_shard(), s.one_minus_beta2);
+    fp.write_master().addcdiv_(d.exp_avg, d.exp_avg_sq.sqrt().add_(s.eps_scaled), s.neg_step_size);
   }
   device_steps_ = step;
 }
 
 void ShardedOptimizer::step(float lr) {
+  // Every master changes: each is taken for writing here, on this thread (the host kernels
+  // write from several), which tells its flat that the next forward must gather it again.
+  for (FlatParam* fp : flats_) fp->write_master();
   if (on_device_) {
     step_on_device(lr);
-    engine_.mark_params_updated();
     return;
   }
   if (!adamw_.empty() && host_threads() > 1) {
     step_host_threaded(lr);
-    engine_.mark_params_updated();
     return;
   }
   for (size_t i = 0; i < flats_.size(); ++i) {
     FlatParam& fp = *flats_[i];
-    float* p = fp.master.data_ptr<float>();
-    const float* g = fp.grad_shard.data_ptr<float>();
+    float* p = fp.write_master().data_ptr<float>();
+    const float* g = fp.grad_shard().data_ptr<float>();
     if (!adamw_.empty())
-      adamw_[i]->step(p, g, fp.shard_numel, masks_[i], lr);
+      adamw_[i]->step(p, g, fp.shard_numel(), masks_[i], lr);
     else
-      sgd_[i]->step(p, g, fp.shard_numel, masks_[i], lr);
+      sgd_[i]->step(p, g, fp.shard_numel(), masks_[i], lr);
   }
-  engine_.mark_params_updated();
 }
 
 int64_t ShardedOptimizer::steps_taken() const {
@@ -206,7 +206,7 @@ at::Tensor ShardedOptimizer::state_tensor(size_t flat_index, size_t state_index)
     if (cfg_.name == "sgd") return d.momentum;
     return state_index == 0 ? d.exp_avg : d.exp_avg_sq;
   }
-  return at::from_blob(state(flat_index, state_index), {flats_.at(flat_index)->shard_numel},
+  return at::from_blob(state(flat_index, state_index), {flats_.at(flat_index)->shard_numel()},
                        at::TensorOptions().dtype(at::kFloat));
 }
 

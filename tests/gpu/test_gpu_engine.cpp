@@ -106,8 +106,8 @@ TEST(GpuEngine, CudaMatchesCpuEngine) {
   auto fc = cpu.engine->flat_params(), fd = dev.engine->flat_params();
   ASSERT_EQ(fc.size(), fd.size());
   for (size_t i = 0; i < fc.size(); ++i) {
-    EXPECT_TRUE(fd[i]->master.is_cuda());
-    EXPECT_TRUE(at::allclose(fd[i]->master.cpu(), fc[i]->master, 1e-4, 1e-5)) << "flat " << i;
+    EXPECT_TRUE(fd[i]->master().is_cuda());
+    EXPECT_TRUE(at::allclose(fd[i]->master().cpu(), fc[i]->master(), 1e-4, 1e-5)) << "flat " << i;
   }
   for (int i = 0; i < dev.engine->num_units(); ++i) {
     if (world_size() > 1) {
@@ -121,9 +121,9 @@ TEST(GpuEngine, OffloadEqualsDeviceResidentRunBitForBit) {
   c10::cuda::CUDAGuard g(gpu().index());
   EngineRun dev = make_run(gpu(), false, at::kFloat), off = make_run(gpu(), true, at::kFloat);
   for (fsdp::FlatParam* fp : off.engine->flat_params()) {
-    EXPECT_TRUE(fp->master.device().is_cpu());
-    EXPECT_TRUE(fp->master.is_pinned());
-    EXPECT_TRUE(fp->full.is_cuda());
+    EXPECT_TRUE(fp->master().device().is_cpu());
+    EXPECT_TRUE(fp->master().is_pinned());
+    EXPECT_TRUE(fp->full().is_cuda());
   }
   for (int step = 0; step < 4; ++step) {
     double a = train_step(dev, step, 0), b = train_step(off, step, 0);
@@ -132,9 +132,9 @@ TEST(GpuEngine, OffloadEqualsDeviceResidentRunBitForBit) {
   auto fd = dev.engine->flat_params(), fo = off.engine->flat_params();
   for (size_t i = 0; i < fd.size(); ++i) {
     if (optim::adamw_cuda_built()) {
-      EXPECT_TRUE(at::equal(fd[i]->master.cpu(), fo[i]->master)) << "flat " << i;
+      EXPECT_TRUE(at::equal(fd[i]->master().cpu(), fo[i]->master())) << "flat " << i;
     } else {  // libtorch-op fallback on the device: a rounding apart
-      EXPECT_TRUE(at::allclose(fd[i]->master.cpu(), fo[i]->master, 1e-5, 1e-6)) << "flat " << i;
+      EXPECT_TRUE(at::allclose(fd[i]->master().cpu(), fo[i]->master(), 1e-5, 1e-6)) << "flat " << i;
     }
   }
 }

@@ -24,11 +24,11 @@ Layout with(std::string optimizer, bool tensors, fsdp::Strategy s = fsdp::Strate
 // Deterministic gradients for step `step`, the same for every layout (by parameter element).
 void set_grads(Trainee& t, int step) {
   for (fsdp::FlatParam* fp : t.engine->flat_params()) {
-    const int64_t sb = static_cast<int64_t>(fp->shard_rank) * fp->shard_numel;
-    float* g = fp->grad_shard.data_ptr<float>();
-    fp->grad_shard.zero_();
-    for (const auto& s : fp->slots)
-      for (int64_t e = std::max(sb, s.offset); e < std::min(sb + fp->shard_numel, s.offset + s.numel); ++e)
+    const int64_t sb = static_cast<int64_t>(fp->shard_rank()) * fp->shard_numel();
+    float* g = fp->grad_shard().data_ptr<float>();
+    fp->grad_shard().zero_();
+    for (const auto& s : fp->slots())
+      for (int64_t e = std::max(sb, s.offset); e < std::min(sb + fp->shard_numel(), s.offset + s.numel); ++e)
         g[e - sb] = 0.01f * value(s.name, e - s.offset, 7, static_cast<uint32_t>(step));
   }
 }

@@ -212,7 +212,7 @@ TEST(CkptPython, WriteFilesForH5pyCheck) {
   if (rank_of(MPI_COMM_WORLD) != 0) return;
   nlohmann::json want;
   for (fsdp::FlatParam* fp : t.engine->flat_params())
-    for (const auto& slot : fp->slots) {
+    for (const auto& slot : fp->slots()) {
       std::vector<std::string> names = {"model/" + slot.name, "optim/exp_avg/" + slot.name,
                                         "optim/exp_avg_sq/" + slot.name};
       for (size_t k = 0; k < 3; ++k) {

@@ -104,11 +104,11 @@ void for_each_element(Trainee& t, F&& fn) {
   const size_t ns = t.opt->state_names().size();
   for (size_t f = 0; f < flats.size(); ++f) {
     fsdp::FlatParam& fp = *flats[f];
-    const int64_t sb = static_cast<int64_t>(fp.shard_rank) * fp.shard_numel;
+    const int64_t sb = static_cast<int64_t>(fp.shard_rank()) * fp.shard_numel();
     for (size_t k = 0; k <= ns; ++k) {
-      float* base = k == 0 ? fp.master.data_ptr<float>() : t.opt->state(f, k - 1);
-      for (const auto& s : fp.slots)
-        for (int64_t e = std::max(sb, s.offset); e < std::min(sb + fp.shard_numel, s.offset + s.numel); ++e)
+      float* base = k == 0 ? fp.write_master().data_ptr<float>() : t.opt->state(f, k - 1);
+      for (const auto& s : fp.slots())
+        for (int64_t e = std::max(sb, s.offset); e < std::min(sb + fp.shard_numel(), s.offset + s.numel); ++e)
           fn(k, s, e - s.offset, base[e - sb]);
     }
   }
@@ -117,7 +117,6 @@ void for_each_element(Trainee& t, F&& fn) {
 inline void fill(Trainee& t, uint32_t salt = 0) {
   for_each_element(t, [&](size_t k, const fsdp::ParamSlot& s, int64_t i, float& x) { x = value(s.name, i, k, salt); });
   t.opt->set_steps_taken(17 + salt);
-  t.engine->mark_params_updated();
 }
 
 // Number of elements that differ (bitwise) from value(); also checks the padding is 0.
@@ -129,9 +128,9 @@ inline int64_t mismatches(Trainee& t, uint32_t salt = 0, bool master_only = fals
     if (std::memcmp(&want, &x, 4) != 0) ++bad;
   });
   for (fsdp::FlatParam* fp : t.engine->flat_params()) {
-    const int64_t sb = static_cast<int64_t>(fp->shard_rank) * fp->shard_numel;
-    for (int64_t e = std::max(sb, fp->numel); e < sb + fp->shard_numel; ++e)
-      if (fp->master.data_ptr<float>()[e - sb] != 0.0f) ++bad;
+    const int64_t sb = static_cast<int64_t>(fp->shard_rank()) * fp->shard_numel();
+    for (int64_t e = std::max(sb, fp->numel()); e < sb + fp->shard_numel(); ++e)
+      if (fp->master().data_ptr<float>()[e - sb] != 0.0f) ++bad;
   }
   return bad;
 }

@@ -135,14 +135,14 @@ TEST_P(EngineMemory, StateBytesMatchTheFlatLayout) {
   int64_t numel = 0, shard_elems = 0, padded = 0;
   for (fsdp::FlatParam* fp : e.flat_params()) {
     // The layout: padded to a multiple of S (at least S), this rank owns padded/S elements.
-    EXPECT_EQ(fp->shard_size, S);
-    EXPECT_EQ(fp->padded, std::max<int64_t>(S, (fp->numel + S - 1) / S * S));
-    EXPECT_EQ(fp->shard_numel * S, fp->padded);
-    EXPECT_EQ(fp->master.numel(), fp->shard_numel);
-    EXPECT_EQ(fp->grad_shard.numel(), fp->shard_numel);
-    numel += fp->numel;
-    shard_elems += fp->shard_numel;
-    padded += fp->padded;
+    EXPECT_EQ(fp->shard_size(), S);
+    EXPECT_EQ(fp->padded(), std::max<int64_t>(S, (fp->numel() + S - 1) / S * S));
+    EXPECT_EQ(fp->shard_numel() * S, fp->padded());
+    EXPECT_EQ(fp->master().numel(), fp->shard_numel());
+    EXPECT_EQ(fp->grad_shard().numel(), fp->shard_numel());
+    numel += fp->numel();
+    shard_elems += fp->shard_numel();
+    padded += fp->padded();
   }
   EXPECT_EQ(numel, psi) << "every parameter is in exactly one flat";
 

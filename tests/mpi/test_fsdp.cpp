@@ -90,13 +90,13 @@ Groups make_groups(const Case& k) {
 std::map<std::string, at::Tensor> gather_params(fsdp::Engine& e, MPI_Comm shard) {
   std::map<std::string, at::Tensor> out;
   for (fsdp::FlatParam* fp : e.flat_params()) {
-    at::Tensor whole = at::empty({fp->padded}, at::kFloat);
-    if (fp->shard_size == 1)
-      whole.copy_(fp->master);
+    at::Tensor whole = at::empty({fp->padded()}, at::kFloat);
+    if (fp->shard_size() == 1)
+      whole.copy_(fp->master());
     else
-      MPI_Allgather(fp->master.data_ptr<float>(), static_cast<int>(fp->shard_numel), MPI_FLOAT,
-                    whole.data_ptr<float>(), static_cast<int>(fp->shard_numel), MPI_FLOAT, shard);
-    for (auto& s : fp->slots) out[s.name] = whole.narrow(0, s.offset, s.numel).view(s.shape).clone();
+      MPI_Allgather(fp->master().data_ptr<float>(), static_cast<int>(fp->shard_numel()), MPI_FLOAT,
+                    whole.data_ptr<float>(), static_cast<int>(fp->shard_numel()), MPI_FLOAT, shard);
+    for (auto& s : fp->slots()) out[s.name] = whole.narrow(0, s.offset, s.numel).view(s.shape).clone();
   }
   return out;
 }
@@ -318,9 +318,9 @@ void run_offload_pair(const Case& k) {
   };
   Run base = make(false), off = make(true);
   for (fsdp::FlatParam* fp : off.engine->flat_params()) {
-    EXPECT_TRUE(fp->offloaded);
+    EXPECT_TRUE(fp->offloaded());
     EXPECT_FALSE(fp->aliases_master());
-    EXPECT_TRUE(fp->master.device().is_cpu());
+    EXPECT_TRUE(fp->master().device().is_cpu());
   }
   for (int step = 0; step < kSteps; ++step) {
     at::Tensor batch = global_batch(c, G, step);
@@ -344,8 +344,8 @@ void run_offload_pair(const Case& k) {
     auto pb = base.engine->flat_params(), po = off.engine->flat_params();
     ASSERT_EQ(pb.size(), po.size());
     for (size_t i = 0; i < pb.size(); ++i) {
-      EXPECT_TRUE(at::equal(pb[i]->master, po[i]->master)) << k.name << " step " << step << " flat " << i;
-      EXPECT_TRUE(at::equal(pb[i]->grad_shard, po[i]->grad_shard)) << k.name << " step " << step << " flat " << i;
+      EXPECT_TRUE(at::equal(pb[i]->master(), po[i]->master())) << k.name << " step " << step << " flat " << i;
+      EXPECT_TRUE(at::equal(pb[i]->grad_shard(), po[i]->grad_shard())) << k.name << " step " << step << " flat " << i;
     }
   }
   if (k.strategy != fsdp::Strategy::NoShard)
@@ -393,7 +393,7 @@ TEST(FsdpMemory, BlocksFreeTheirStorageAndGathersAreLimited) {
       for (int i = 1; i < engine.num_units(); ++i) EXPECT_EQ(engine.unit_live_bytes(i), 0) << "after forward, unit " << i;
       loss.backward();
       for (int i = 0; i < engine.num_units(); ++i) EXPECT_EQ(engine.unit_live_bytes(i), 0) << "after backward, unit " << i;
-      engine.mark_params_updated();
+      for (fsdp::FlatParam* fp : engine.flat_params()) fp->write_master();  // the next forward re-gathers
     }
     fsdp::MemoryStats m = engine.memory();
     EXPECT_LE(m.max_all_gathers_in_flight, limit);

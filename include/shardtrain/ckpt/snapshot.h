@@ -35,8 +35,10 @@ struct Snapshot {
 // True when every master and optimizer state array is in host memory (views are possible).
 bool snapshot_in_host_memory(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt);
 // Views into the engine's masters and the optimizer's state (no copy); host memory only.
-// Loading writes through these pointers.
-Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt);
+// Loading writes through these pointers: it asks for Write access, which marks every flat's
+// unsharded copy stale (FlatParam::write_master), so the next forward gathers what was loaded.
+enum class SnapshotAccess { Read, Write };
+Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, SnapshotAccess access = SnapshotAccess::Read);
 // Host copies of the same in `pool` (background writes while training continues; shards in
 // device memory): grown as needed and reused across saves, so a save does not pay for fresh
 // page faults. copy = false only sizes the buffers (a load's destination). The snapshot

@@ -31,8 +31,6 @@ struct EngineComms {
   comm::Comm* world = nullptr;
 };
 
-struct Unit;  // defined in src/fsdp/unit.h
-
 // Reduce-scatters of finished units kept in flight during backward: each holds its unit's
 // unsharded gradient buffer (input) and its shard (output) until retired; issuing one more first
 // retires the oldest. The memory planner's bound on pending reductions.
@@ -80,8 +78,6 @@ class Engine {
   // and ignored parameters; scales gradients by min(1, max_norm/(norm+1e-6)) when
   // max_norm > 0. Collective. Returns the norm before clipping.
   double clip_grad_norm(double max_norm);
-  // After the optimizer changed the masters: the next forward re-gathers everything.
-  void mark_params_updated();
 
   // Every flat parameter this rank holds (units' in order, then the ignored group).
   std::vector<FlatParam*> flat_params();

@@ -1,15 +1,20 @@
-// FlatParam: one unit's parameters of one dtype, flattened, padded and sharded.
+// FlatParam: one unit's parameters of one dtype, flattened, padded and sharded, and the state of
+// its unsharded buffer (sharded -> gathering -> unsharded -> sharded).
 #pragma once
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "shardtrain/comm/comm.h"
 
 namespace shardtrain::fsdp {
+
+struct FlatPlan;
+struct ModuleTree;
 
 // Where one parameter lives inside its FlatParam.
 struct ParamSlot {
@@ -28,28 +33,83 @@ struct ParamSlot {
 // all-gathered on unshard and released to 0 bytes on reshard. When S == 1 and the
 // compute dtype is fp32, `full` and `master` share one storage and nothing is freed (not under
 // cpu_offload, where the master stays in host memory).
+//
+// The layout is fixed at construction. The master shard is read through master() and written
+// only through write_master(), which marks the unsharded copy stale: whoever changes the weights
+// (the optimizer, a checkpoint load, an import) cannot forget that the next forward must
+// gather them again.
 class FlatParam {
  public:
   enum class State { Sharded, Gathering, Unsharded };
 
-  at::ScalarType dtype = at::kFloat;  // compute dtype of `full`
-  std::vector<ParamSlot> slots;
-  int64_t numel = 0, padded = 0, shard_numel = 0;
-  int shard_rank = 0, shard_size = 1;
+  // Builds the flat from its plan (fsdp::plan_units) on `device`: sharded initialisation,
+  // the whole flat in fp32 filled parameter by parameter by `init` (so the values do not depend
+  // on the world size; always on the CPU, so not on the device either), of which this rank
+  // (shard_rank of the plan's shard_size) keeps its slice. The tree's modules get the flat's
+  // parameters in place of theirs. offload: master and gradient shard in host memory.
+  using InitParam = std::function<void(const std::string& name, at::Tensor& full_fp32)>;
+  FlatParam(const FlatPlan& plan, const ModuleTree& tree, int shard_rank, const InitParam& init,
+            const c10::Device& device, bool offload);
+  FlatParam(const FlatParam&) = delete;
+  FlatParam& operator=(const FlatParam&) = delete;
 
-  at::Tensor master;      // fp32 [L]            (host, pinned on CUDA, when offloaded)
-  at::Tensor grad_shard;  // fp32 [L], accumulates over micro-batches (host when offloaded)
-  at::Tensor full;        // dtype [padded] on the engine's device; storage 0 bytes while sharded
-  bool offloaded = false; // master and grad_shard kept apart from `full` (cpu_offload)
-
-  State state = State::Sharded;
-  bool stale = true;      // master changed since `full` was filled
-  comm::WorkPtr gather_work;
-
+  // ---- layout -------------------------------------------------------------------------
+  at::ScalarType dtype() const { return dtype_; }  // compute dtype of `full`
+  const std::vector<ParamSlot>& slots() const { return slots_; }
+  int64_t numel() const { return numel_; }
+  int64_t padded() const { return padded_; }
+  int64_t shard_numel() const { return shard_numel_; }
+  int shard_rank() const { return shard_rank_; }
+  int shard_size() const { return shard_size_; }
+  // Master and gradient shard kept apart from `full` in host memory (cpu_offload).
+  bool offloaded() const { return offloaded_; }
   bool aliases_master() const;  // fsdp::aliases_master (wrap.h) of this flat
-  int64_t full_bytes() const { return padded * static_cast<int64_t>(c10::elementSize(dtype)); }
+  int64_t full_bytes() const { return padded_ * static_cast<int64_t>(c10::elementSize(dtype_)); }
+
+  // ---- data ---------------------------------------------------------------------------
+  // fp32 [L] (host, pinned on CUDA, when offloaded).
+  const at::Tensor& master() const { return master_; }
+  // The master for writing; marks the unsharded copy stale (see the class comment).
+  at::Tensor& write_master() {
+    stale_ = true;
+    return master_;
+  }
+  // fp32 [L], accumulates over micro-batches (host when offloaded).
+  at::Tensor& grad_shard() { return grad_shard_; }
+  const at::Tensor& grad_shard() const { return grad_shard_; }
+  // dtype [padded] on the engine's device; storage 0 bytes while sharded.
+  const at::Tensor& full() const { return full_; }
   // Bytes the unsharded storage holds right now (0 while sharded).
   int64_t live_full_bytes() const;
+
+  // ---- the unsharded buffer's states (driven by the engine) ----------------------------
+  State state() const { return state_; }
+  // Whether unshard must (re)fill `full`: sharded, or unsharded from masters since changed.
+  bool needs_gather() const { return state_ == State::Sharded || (state_ == State::Unsharded && stale_); }
+  // Sharded/stale -> filling: allocates `full` (unless it aliases the master) and returns this
+  // rank's slice of it, which the caller fills from the master before gathering.
+  at::Tensor begin_fill();
+  // -> Gathering: `work` fills the rest of `full` (an all-gather, or a host->device copy).
+  void gathering(comm::WorkPtr work);
+  // -> Unsharded with nothing in flight (a one-rank flat filled synchronously).
+  void filled();
+  // Gathering -> Unsharded: the work to wait for first (nullptr if none was in flight).
+  comm::WorkPtr take_gather_work();
+  // -> Sharded: frees `full`'s storage. Only with no gather in flight.
+  void release();
+  // The collective filling `full`, if one is in flight (the engine's destructor waits for it).
+  const comm::WorkPtr& gather_work() const { return gather_work_; }
+
+ private:
+  at::ScalarType dtype_ = at::kFloat;
+  std::vector<ParamSlot> slots_;
+  int64_t numel_ = 0, padded_ = 0, shard_numel_ = 0;
+  int shard_rank_ = 0, shard_size_ = 1;
+  bool offloaded_ = false;
+  at::Tensor master_, grad_shard_, full_;
+  State state_ = State::Sharded;
+  bool stale_ = true;  // master changed since `full` was filled
+  comm::WorkPtr gather_work_;
 };
 
 // Resizes a tensor's storage in place (0 frees it). Tensors that share the storage,

@@ -1,0 +1,83 @@
+// Engine::Impl: the engine's state and its transitions. The hooks (forward hook, tensor hook on a
+// unit's output, AccumulateGrad post hook, the end-of-backward callback) call the named
+// transitions here (schedule.cpp); the collectives they issue are in collectives.h.
+#pragma once
+#include <c10/core/DeviceGuard.h>
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "shardtrain/comm/compute_stream.h"
+#include "shardtrain/fsdp/device.h"
+#include "shardtrain/fsdp/engine.h"
+#include "unit.h"
+
+namespace shardtrain::fsdp {
+
+struct Engine::Impl {
+  EngineComms comms;
+  EngineOptions opts;
+  std::vector<std::unique_ptr<Unit>> units;  // root first, ignored group last (if any)
+  std::vector<UnitPlan> layout;              // what they were built from, one plan per unit
+  Unit* ignored = nullptr;
+  // The forward order of the units, recorded in the first forward; prefetching follows it.
+  struct ExecOrder {
+    std::vector<Unit*> units;
+    bool recorded = false;
+  } order;
+  // Idle until the first unit's pre-backward of a backward pass, Backward until its end.
+  enum class Phase { Idle, Backward } phase = Phase::Idle;
+  bool last_micro = true;                    // set_last_micro_batch: average replicas at the end
+  std::deque<FlatParam*> inflight;           // issued all-gathers not yet waited
+  std::vector<PendingReduce> pending;        // reduce-scatters not yet retired, in issue order
+  std::deque<PendingD2H> d2h;                // device->host gradient copies (cpu_offload)
+  std::unique_ptr<DeviceRuntime> dev;
+  MemoryStats stats;
+
+  // Every entry from a hook or the API: NCCL collectives are ordered after torch's current
+  // stream on this thread (autograd runs CUDA backward on its own device thread), and new
+  // storages come from the engine's device.
+  struct Scope {
+    c10::OptionalDeviceGuard device;
+    comm::ComputeStreamGuard stream;
+    explicit Scope(Impl& m)
+        : device(m.dev->is_cuda() ? c10::optional<c10::Device>(m.dev->device()) : c10::nullopt),
+          stream(m.dev->compute_stream()) {}
+  };
+
+  // ---- transitions (schedule.cpp) --------------------------------------------------
+  // The forward hook: pre-forward (unshard, prefetch), the body, post-forward (reshard,
+  // register the pre-backward hook on the output).
+  at::Tensor run_forward(Unit& u, const at::Tensor& input, const UnitBody& body);
+  void pre_backward(Unit& u);
+  // AccumulateGrad post hook of one of u's parameters.
+  void on_param_ready(Unit& u);
+  // Post-backward: queue u's reductions, reshard; idempotent (once per backward).
+  void post_backward(Unit& u);
+  // The end-of-backward callback: post-backward of units that got no gradient, retire every
+  // reduction, average across replicas on the last micro-batch, every unit back to Idle.
+  void end_backward();
+
+  // ---- mechanics (schedule.cpp) ----------------------------------------------------
+  void issue_gather(Unit& u, FlatParam& fp);
+  void wait_gather(FlatParam& fp);
+  void issue_unshard(Unit& u);
+  void unshard(Unit& u);
+  void reshard(Unit& u);
+  Unit* backward_successor(const Unit& u) const;
+  void prepare_grads(Unit& u);
+  void reduce(Unit& u, size_t i);
+  void retire(PendingReduce& p);
+  void retire_reductions(size_t keep);
+  void accumulate(FlatParam& fp, const at::Tensor& reduced);
+  void drain_d2h(size_t keep);
+  void begin_backward();
+  at::Tensor on_comm_device(const FlatParam& fp, const at::Tensor& t) const;
+  void track_live();
+  // Time the training thread spends blocked on collectives: the communication that
+  // computation did not hide.
+  void wait_timed(comm::Work& w);
+};
+
+}  // namespace shardtrain::fsdp
