@@ -17,6 +17,7 @@
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
 #include "shardtrain/optim/kokkos_scope.h"
+#include "shardtrain/fsdp/strategy_comms.h"
 #include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/runtime/runtime.h"
 #include "shardtrain/runtime/topology.h"
@@ -31,29 +32,17 @@ namespace {
 int g_rank = 0, g_size = 1;
 
 struct Setup {
-  std::unique_ptr<runtime::DeviceMesh> mesh;
-  std::unique_ptr<comm::Comm> world, shard, shard_rs, replicate;
+  fsdp::ShardedGroups groups;
   std::unique_ptr<tiny::Model> model;
   std::unique_ptr<fsdp::Engine> engine;
   std::unique_ptr<fsdp::ShardedOptimizer> opt;
   Setup(const tiny::Config& c, fsdp::Strategy s, int ranks_per_host) {
-    comm::CommOptions o;
-    world = comm::make_mpi_comm(MPI_COMM_WORLD, "world", o);
-    fsdp::EngineComms ec;
-    ec.world = world.get();
-    if (fsdp::is_hybrid(s)) {
-      mesh = std::make_unique<runtime::DeviceMesh>(MPI_COMM_WORLD,
-                                                   runtime::discover_topology(MPI_COMM_WORLD, ranks_per_host), 0);
-      shard = comm::make_mpi_comm(mesh->shard_comm(), "shard", o);
-      shard_rs = comm::make_mpi_comm(mesh->shard_comm(), "shard.rs", o);
-      replicate = comm::make_mpi_comm(mesh->replicate_comm(), "replicate", o);
-      ec.shard = shard.get();
-      ec.shard_rs = shard_rs.get();
-      ec.replicate = replicate.get();
-    } else {
-      shard = comm::make_mpi_comm(MPI_COMM_WORLD, "shard", o);
-      ec.shard = shard.get();
-    }
+    fsdp::GroupOptions go;
+    go.strategy = s;
+    go.simulate_ranks_per_host = fsdp::is_hybrid(s) ? ranks_per_host : 0;
+    go.backend = "mpi";
+    groups = fsdp::open_groups(MPI_COMM_WORLD, go);
+    const fsdp::EngineComms ec = groups.comms.engine();
     model = std::make_unique<tiny::Model>(c, at::kMeta);
     fsdp::EngineOptions eo;
     eo.strategy = s;

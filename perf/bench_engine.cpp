@@ -160,9 +160,12 @@ Row run_strategy(const Args& a, const std::string& name, int64_t psi) {
   const fsdp::Strategy strategy = fsdp::parse_strategy(bf16 ? "full_shard" : name);
   const int k = a.ranks_per_host > 0 ? a.ranks_per_host : std::max(1, N / 2);
   // Hybrid: pretend every k consecutive ranks form a host; else the real (single) host.
-  runtime::Topology topo = runtime::discover_topology(MPI_COMM_WORLD, fsdp::is_hybrid(strategy) ? k : 0);
-  runtime::DeviceMesh mesh(MPI_COMM_WORLD, topo, 0);
-  fsdp::StrategyComms sc = fsdp::make_strategy_comms(strategy, mesh, "mpi", -1, comm::CommOptions{});
+  fsdp::GroupOptions go;
+  go.strategy = strategy;
+  go.simulate_ranks_per_host = fsdp::is_hybrid(strategy) ? k : 0;
+  go.backend = "mpi";
+  fsdp::ShardedGroups groups = fsdp::open_groups(MPI_COMM_WORLD, go);
+  fsdp::StrategyComms& sc = groups.comms;
 
   std::shared_ptr<model::Model> m = model::build_model(a.spec, at::kMeta);
   fsdp::EngineOptions eo;

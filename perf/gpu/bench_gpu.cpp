@@ -95,15 +95,13 @@ int main(int argc, char** argv) {
     runtime::Runtime rt(&argc, &argv);
     optim::KokkosScope kokkos;
     const Args a = parse(argc, argv);
-    runtime::Topology topo = runtime::discover_topology(MPI_COMM_WORLD, 0);
-    c10::Device device = c10::kCPU;
-    if (a.device == "cuda") {
-      ST_USER_CHECK(fsdp::cuda_device_count() > 0, "bench_gpu: --device cuda but torch sees no CUDA device (",
-                    fsdp::torch_built_with_cuda() ? "no GPU" : "this libtorch has no CUDA", "); try --device cpu");
-      device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(topo.local_rank % fsdp::cuda_device_count()));
-    } else {
-      ST_USER_CHECK(a.device == "cpu", "bench_gpu: --device cuda|cpu");
-    }
+    ST_USER_CHECK(a.device == "cpu" || a.device == "cuda", "bench_gpu: --device cuda|cpu");
+    // Topology, device and communicators by the path train takes (run.device = --device).
+    fsdp::GroupOptions go;
+    go.strategy = fsdp::Strategy::FullShard;
+    go.device = a.device;
+    fsdp::ShardedGroups groups = fsdp::open_groups(MPI_COMM_WORLD, go);
+    const c10::Device device = groups.device;
     c10::OptionalDeviceGuard guard(device.is_cuda() ? c10::optional<c10::Device>(device) : c10::nullopt);
     const at::ScalarType dtype = fsdp::parse_dtype(a.dtype);
     const model::ModelSpec spec = spec_for(a);
@@ -115,8 +113,6 @@ int main(int argc, char** argv) {
     at::Tensor x = ids.narrow(1, 0, a.seq), y = ids.narrow(1, 1, a.seq);
 
     std::shared_ptr<model::Model> net;
-    std::unique_ptr<fsdp::StrategyComms> comms;
-    std::unique_ptr<runtime::DeviceMesh> mesh;
     std::unique_ptr<fsdp::Engine> engine;
     std::unique_ptr<fsdp::ShardedOptimizer> fopt;
     std::unique_ptr<torch::optim::AdamW> topt;
@@ -129,9 +125,6 @@ int main(int argc, char** argv) {
           net->parameters(), torch::optim::AdamWOptions(1e-4).betas({0.9, 0.95}).weight_decay(0.1));
     } else {
       net = model::build_model(spec, at::kMeta);
-      mesh = std::make_unique<runtime::DeviceMesh>(MPI_COMM_WORLD, topo, 0);
-      comms = std::make_unique<fsdp::StrategyComms>(fsdp::make_strategy_comms(
-          fsdp::Strategy::FullShard, *mesh, "auto", device.is_cuda() ? device.index() : -1, comm::CommOptions{}));
       fsdp::EngineOptions eo;
       eo.strategy = fsdp::Strategy::FullShard;
       eo.wrap_types = net->block_types();
@@ -142,7 +135,7 @@ int main(int argc, char** argv) {
       eo.device = device;
       eo.cpu_offload = a.mode == "offload";
       model::Model* raw = net.get();
-      engine = std::make_unique<fsdp::Engine>(*net, comms->engine(), eo, [raw](const std::string& n, at::Tensor& t) {
+      engine = std::make_unique<fsdp::Engine>(*net, groups.comms.engine(), eo, [raw](const std::string& n, at::Tensor& t) {
         model::init_parameter(t, raw->init_for(n), model::param_seed(0, n));
       });
       fsdp::OptimizerConfig oc;

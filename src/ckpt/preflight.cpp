@@ -1,4 +1,5 @@
 // Start-up checks: writable directories, a regular `latest`, room for one checkpoint.
+#include "shardtrain/runtime/topology.h"
 #include "shardtrain/ckpt/preflight.h"
 
 #include <fcntl.h>
@@ -60,11 +61,7 @@ void preflight(const std::string& checkpoint_dir, fsdp::Engine& engine, fsdp::Sh
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
   // Every rank opens the checkpoint file for writing, so every host must be able to write
   // the directory; one probe per host (not per rank) keeps a large job's metadata load small.
-  MPI_Comm node = MPI_COMM_NULL;
-  ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  int node_rank = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(node, &node_rank));
-  ST_MPI_CHECK(MPI_Comm_free(&node));
+  const int node_rank = runtime::real_host_ranks(world).rank;
   const int64_t need = estimated_checkpoint_bytes(engine, opt, info);
   runtime::run_agreed(world, [&] {
     if (node_rank == 0) check_writable_dir(checkpoint_dir, "checkpoint.dir");

@@ -11,6 +11,7 @@
 #include "command.h"
 #include "shardtrain/comm/comm.h"
 #include "shardtrain/fsdp/device.h"
+#include "shardtrain/fsdp/strategy_comms.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/runtime/topology.h"
@@ -42,7 +43,7 @@ int run_info(runtime::Runtime& rt, const DeckArgs& args) {
   constexpr int kRow = 256;
   char row[kRow];
   // Where `train` with this deck computes (run.device), not only which GPUs the host has.
-  const c10::Device dev = train::select_device(d, rt.world());
+  const c10::Device dev = fsdp::select_device(d.get_string("run.device"), rt.world());
   std::string device = dev.str();
   std::snprintf(row, kRow, "%5d  %-24s %10d  %-8s %-13s %-12s %-16s %-12s", topo.world_rank,
                 topo.host_names[topo.host_id].c_str(), topo.local_rank, device.c_str(),

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "shardtrain/runtime/topology.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/alloc_tracker.h"
@@ -91,11 +92,7 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
   at::set_num_threads(threads);
   if (limit == 0) {
     // Default: 80% of the memory available now, shared by the ranks of each host.
-    MPI_Comm local = MPI_COMM_NULL;
-    ST_MPI_CHECK(MPI_Comm_split_type(rt.world(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
-    int local_size = 1;
-    ST_MPI_CHECK(MPI_Comm_size(local, &local_size));
-    ST_MPI_CHECK(MPI_Comm_free(&local));
+    const int local_size = runtime::real_host_ranks(rt.world()).size;
     long long mine = static_cast<long long>(0.8 * mem_available_bytes() / local_size), least = 0;
     ST_MPI_CHECK(MPI_Allreduce(&mine, &least, 1, MPI_LONG_LONG, MPI_MIN, rt.world()));
     limit = least;

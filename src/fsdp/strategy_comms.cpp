@@ -1,11 +1,17 @@
-// make_strategy_comms: picks the groups for a strategy and one backend for all ranks.
+// open_groups: topology, compute device, mesh and a strategy's communicators, decided once.
 #include "shardtrain/fsdp/strategy_comms.h"
 
+#include "shardtrain/fsdp/device.h"
+#include "shardtrain/runtime/agree.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::fsdp {
+namespace {
 
+// The communicators of strategy s on the mesh, one backend on every rank. device: the rank's
+// CUDA device or -1.
 StrategyComms make_strategy_comms(Strategy s, const runtime::DeviceMesh& mesh, const std::string& backend,
                                   int device, const comm::CommOptions& opts) {
   ST_USER_CHECK(backend == "auto" || backend == "mpi" || backend == "nccl", "unknown comm.backend '",
@@ -33,6 +39,46 @@ StrategyComms make_strategy_comms(Strategy s, const runtime::DeviceMesh& mesh, c
     sc.shard_mpi = mesh.world_comm();
   }
   return sc;
+}
+
+}  // namespace
+
+c10::Device select_device(const std::string& want, MPI_Comm world) {
+  ST_USER_CHECK(want == "auto" || want == "cpu" || want == "cuda", "run.device = '", want,
+                "': expected auto, cpu or cuda");
+  // Two ranks on one GPU would put one device twice into an NCCL communicator.
+  const runtime::HostRanks host = runtime::real_host_ranks(world);
+  const int gpus = want == "cpu" ? 0 : cuda_device_count();
+  const int usable = gpus > 0 && host.size <= gpus ? 1 : 0;
+  int all_usable = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&usable, &all_usable, 1, MPI_INT, MPI_MIN, world));
+  runtime::run_agreed(world, [&] {
+    if (want != "cuda" || usable) return;
+    if (!torch_built_with_cuda())
+      throw UserError("run.device = cuda, but this build's libtorch has no CUDA (build against a CUDA libtorch: "
+                      "docs/gpu.md), or use run.device = auto | cpu");
+    if (gpus == 0) throw UserError("run.device = cuda, but torch sees no CUDA device on this rank's host");
+    throw UserError(log::fmt("run.device = cuda, but this host runs ", host.size, " ranks on ", gpus,
+                             " GPUs: NCCL needs a GPU per rank (launch at most ", gpus, " ranks per host)"));
+  });
+  if (want == "cpu" || !all_usable) return c10::Device(c10::kCPU);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(host.rank % gpus));
+}
+
+ShardedGroups open_groups(MPI_Comm world, const GroupOptions& o) {
+  ShardedGroups g;
+  runtime::run_agreed(world, [&] {
+    g.topo = runtime::discover_topology(world, o.simulate_ranks_per_host);
+    g.mesh = std::make_unique<runtime::DeviceMesh>(world, g.topo, o.shard_group_size);
+  });
+  g.device = select_device(o.device, world);
+  runtime::run_agreed(world, [&] {
+    // The MPI backend reduces host memory; NCCL reduces device memory.
+    ST_USER_CHECK(!(g.device.is_cuda() && o.backend == "mpi"), "comm.backend = mpi reduces host memory, but "
+                  "run.device places this run on ", g.device.str(), ": use comm.backend = auto or nccl");
+    g.comms = make_strategy_comms(o.strategy, *g.mesh, o.backend, g.device.is_cuda() ? g.device.index() : -1, o.comm);
+  });
+  return g;
 }
 
 }  // namespace shardtrain::fsdp

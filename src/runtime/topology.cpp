@@ -10,6 +10,16 @@
 
 namespace shardtrain::runtime {
 
+HostRanks real_host_ranks(MPI_Comm world) {
+  MPI_Comm local = MPI_COMM_NULL;
+  ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
+  HostRanks h;
+  ST_MPI_CHECK(MPI_Comm_rank(local, &h.rank));
+  ST_MPI_CHECK(MPI_Comm_size(local, &h.size));
+  ST_MPI_CHECK(MPI_Comm_free(&local));
+  return h;
+}
+
 Topology discover_topology(MPI_Comm world, int simulate_ranks_per_host) {
   Topology t;
   ST_MPI_CHECK(MPI_Comm_rank(world, &t.world_rank));
@@ -57,7 +67,6 @@ Topology discover_topology(MPI_Comm world, int simulate_ranks_per_host) {
     ++t.local_size;
   }
   t.gpus_per_host = visible_cuda_devices();
-  t.device = t.gpus_per_host > 0 ? t.local_rank % t.gpus_per_host : -1;
   return t;
 }
 

@@ -1,5 +1,6 @@
 // run_probe: the trainer's step (forward/backward per micro-batch, clip, optimizer) on
 // synthetic batches, under the counting allocator.
+#include "shardtrain/runtime/topology.h"
 #include "shardtrain/train/probe.h"
 
 #include <ATen/ATen.h>
@@ -101,12 +102,7 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
 }
 
 int probe_threads(MPI_Comm world, const deck::Deck& d) {
-  MPI_Comm local = MPI_COMM_NULL;
-  ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
-  int local_size = 1;
-  ST_MPI_CHECK(MPI_Comm_size(local, &local_size));
-  ST_MPI_CHECK(MPI_Comm_free(&local));
-  return threads_per_rank(d, local_size);
+  return threads_per_rank(d, runtime::real_host_ranks(world).size);
 }
 
 }  // namespace shardtrain::train

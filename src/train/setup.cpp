@@ -1,4 +1,5 @@
 // Deck -> typed settings, with cross-key checks that need the world size.
+#include "shardtrain/runtime/topology.h"
 #include "shardtrain/train/setup.h"
 
 #include <mpi.h>
@@ -169,11 +170,8 @@ StepBytesBound step_bytes_lower_bound(const model::ModelSpec& spec, int64_t micr
 
 void check_fits_host_memory(const deck::Deck& d, const model::ModelSpec& spec, const BatchPlan& plan,
                             MPI_Comm world, bool device_is_cpu) {
-  MPI_Comm local = MPI_COMM_NULL;
-  ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
-  int local_size = 1, world_size = 1;
-  ST_MPI_CHECK(MPI_Comm_size(local, &local_size));
-  ST_MPI_CHECK(MPI_Comm_free(&local));
+  const int local_size = runtime::real_host_ranks(world).size;
+  int world_size = 1;
   ST_MPI_CHECK(MPI_Comm_size(world, &world_size));
   const double host = host_memory_bytes();
   if (host <= 0 || !device_is_cpu) return;  // device memory is not known here

@@ -4,6 +4,9 @@ foreach(t collectives errors mesh nccl)
   target_link_libraries(test_comm_${t} PRIVATE shardtrain_mpi_gtest shardtrain::comm)
   shardtrain_torch_pch(test_comm_${t})
 endforeach()
+# Meshes and backend errors go through the one path production uses (fsdp::open_groups).
+target_link_libraries(test_comm_errors PRIVATE shardtrain::fsdp)
+target_link_libraries(test_comm_mesh PRIVATE shardtrain::fsdp)
 add_mpi_test(NAME comm_collectives TARGET test_comm_collectives NP 1 2 3 4 LABELS comm TIMEOUT 600)
 # Errors: 1 rank (no in-place slice check), 2 (the failing pair alone), 4 (the pair with idle
 # ranks beside it); 3 ranks would only change the numbers in the messages.

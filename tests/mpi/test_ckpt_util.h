@@ -12,6 +12,7 @@
 #include "shardtrain/comm/comm.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
+#include "shardtrain/fsdp/strategy_comms.h"
 #include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/runtime/topology.h"
 #include "shardtrain/util/error.h"
@@ -35,8 +36,8 @@ struct Layout {
 
 // Model + groups + engine + optimizer over `comm` (any sub-communicator of the world).
 struct Trainee {
-  std::unique_ptr<runtime::DeviceMesh> mesh;
-  std::unique_ptr<comm::Comm> world, shard, shard_rs, replicate;
+  fsdp::ShardedGroups groups;  // by the path production takes (fsdp::open_groups)
+  comm::Comm* world = nullptr;
   std::unique_ptr<tiny::Model> model;
   std::unique_ptr<fsdp::Engine> engine;
   std::unique_ptr<fsdp::ShardedOptimizer> opt;
@@ -45,27 +46,15 @@ struct Trainee {
   Trainee(MPI_Comm c, const Layout& L) : comm(c) {
     int size = 0;
     MPI_Comm_size(c, &size);
-    comm::CommOptions o;
-    o.timeout_s = 120;
-    world = comm::make_mpi_comm(c, "world", o);
-    fsdp::EngineComms ec;
-    ec.world = world.get();
-    if (fsdp::is_hybrid(L.strategy)) {
-      int rph = L.ranks_per_host > 0 && size % L.ranks_per_host == 0 ? L.ranks_per_host : 1;
-      runtime::Topology t = runtime::discover_topology(c, rph);
-      mesh = std::make_unique<runtime::DeviceMesh>(c, t, 0);
-      shard = comm::make_mpi_comm(mesh->shard_comm(), mesh->shard_group_name(), o);
-      shard_rs = comm::make_mpi_comm(mesh->shard_comm(), mesh->shard_group_name() + ".rs", o);
-      replicate = comm::make_mpi_comm(mesh->replicate_comm(), mesh->replicate_group_name(), o);
-      ec.shard = shard.get();
-      ec.shard_rs = shard_rs.get();
-      ec.replicate = replicate.get();
-    } else if (L.strategy == fsdp::Strategy::NoShard) {
-      ec.replicate = world.get();
-    } else {
-      shard = comm::make_mpi_comm(c, "shard", o);
-      ec.shard = shard.get();
-    }
+    fsdp::GroupOptions go;
+    go.strategy = L.strategy;
+    go.simulate_ranks_per_host =
+        !fsdp::is_hybrid(L.strategy) ? 0 : L.ranks_per_host > 0 && size % L.ranks_per_host == 0 ? L.ranks_per_host : 1;
+    go.backend = "mpi";
+    go.comm.timeout_s = 120;
+    groups = fsdp::open_groups(c, go);
+    world = groups.comms.world.get();
+    const fsdp::EngineComms ec = groups.comms.engine();
     tiny::Config cfg;
     cfg.d = L.d;
     model = std::make_unique<tiny::Model>(cfg, at::kMeta);

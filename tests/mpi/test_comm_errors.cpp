@@ -5,7 +5,7 @@
 
 #include "comm_test_util.h"
 #include "shardtrain/comm/comm.h"
-#include "shardtrain/comm/mesh_comms.h"
+#include "shardtrain/fsdp/strategy_comms.h"
 #include "shardtrain/util/error.h"
 
 using namespace shardtrain;
@@ -90,10 +90,10 @@ TEST(CommErrors, RuntimeFailureIsRethrownAtWait) {
 }
 
 TEST(CommErrors, UnknownOrUnavailableBackend) {
-  runtime::Topology topo = runtime::discover_topology(MPI_COMM_WORLD, 0);
-  runtime::DeviceMesh mesh(MPI_COMM_WORLD, topo, 0);
-  EXPECT_THROW(make_mesh_comms(mesh, topo, "gloo", {}), UserError);
-  // No GPU bound (device -1): asking for NCCL is a clear error on every rank, not a hang.
-  if (topo.device < 0)
-    expect_error([&] { make_mesh_comms(mesh, topo, "nccl", {}); }, {"nccl"});
+  fsdp::GroupOptions go;
+  go.backend = "gloo";
+  EXPECT_THROW(fsdp::open_groups(MPI_COMM_WORLD, go), UserError);
+  // On the CPU (run.device = cpu): asking for NCCL is a clear error on every rank, not a hang.
+  go.backend = "nccl";
+  expect_error([&] { fsdp::open_groups(MPI_COMM_WORLD, go); }, {"nccl"});
 }

@@ -1,8 +1,9 @@
-// MeshComms: collectives inside shard and replicate groups of hybrid meshes (simulated hosts).
+// The communicators fsdp::open_groups makes for hybrid meshes: collectives inside shard and
+// replicate groups (simulated hosts).
 #include <gtest/gtest.h>
 
 #include "comm_test_util.h"
-#include "shardtrain/comm/mesh_comms.h"
+#include "shardtrain/fsdp/strategy_comms.h"
 
 using namespace shardtrain;
 using namespace shardtrain::comm;
@@ -12,7 +13,7 @@ namespace {
 
 // Runs shard-group and replicate-group collectives on the mesh and checks them against the
 // member lists of the DeviceMesh.
-void check_mesh(const runtime::DeviceMesh& mesh, const MeshComms& mc) {
+void check_mesh(const runtime::DeviceMesh& mesh, const fsdp::StrategyComms& mc) {
   const int S = mesh.shard_size(), R = mesh.replicate_size(), me = mesh.world_rank();
   EXPECT_EQ(mc.world->name(), "world");
   EXPECT_EQ(mc.shard->name(), mesh.shard_group_name());
@@ -65,22 +66,26 @@ TEST(CommMesh, HybridGroupsOfSimulatedHosts) {
   for (int k = 1; k <= n; ++k) {
     if (n % k) continue;
     SCOPED_TRACE("ranks per simulated host " + std::to_string(k));
-    runtime::Topology topo = runtime::discover_topology(MPI_COMM_WORLD, k);
-    runtime::DeviceMesh mesh(MPI_COMM_WORLD, topo, 0);  // 4 ranks, k=2: 2 x 2
-    MeshComms mc = make_mesh_comms(mesh, topo, "auto", o);
-    check_mesh(mesh, mc);
+    fsdp::GroupOptions go;  // 4 ranks, k=2: 2 x 2
+    go.strategy = fsdp::Strategy::HybridShard;
+    go.simulate_ranks_per_host = k;
+    go.comm = o;
+    fsdp::ShardedGroups g = fsdp::open_groups(MPI_COMM_WORLD, go);
+    check_mesh(*g.mesh, g.comms);
   }
 }
 
 TEST(CommMesh, WholeWorldShardGroup) {
   // 3 ranks (or any n) as one shard group of n: replicate groups of one rank.
   const int n = world_size();
-  runtime::Topology topo = runtime::discover_topology(MPI_COMM_WORLD, 1);
-  runtime::DeviceMesh mesh(MPI_COMM_WORLD, topo, n);
-  CommOptions o;
-  o.timeout_s = 60;
-  MeshComms mc = make_mesh_comms(mesh, topo, "mpi", o);
-  EXPECT_EQ(mc.shard->size(), n);
-  EXPECT_EQ(mc.replicate->size(), 1);
-  check_mesh(mesh, mc);
+  fsdp::GroupOptions go;
+  go.strategy = fsdp::Strategy::HybridShard;
+  go.simulate_ranks_per_host = 1;
+  go.shard_group_size = n;
+  go.backend = "mpi";
+  go.comm.timeout_s = 60;
+  fsdp::ShardedGroups g = fsdp::open_groups(MPI_COMM_WORLD, go);
+  EXPECT_EQ(g.comms.shard->size(), n);
+  EXPECT_EQ(g.comms.replicate->size(), 1);
+  check_mesh(*g.mesh, g.comms);
 }

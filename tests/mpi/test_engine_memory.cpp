@@ -50,8 +50,7 @@ struct Config {
 
 // A GPT-2 on meta, wrapped by the engine with the model's own init, wrap and fp32 rules.
 struct Wrapped {
-  std::unique_ptr<runtime::DeviceMesh> mesh;
-  fsdp::StrategyComms comms;
+  fsdp::ShardedGroups groups;  // by the path production takes (fsdp::open_groups)
   std::shared_ptr<model::Model> model;
   std::unique_ptr<fsdp::Engine> engine;
   std::unique_ptr<fsdp::ShardedOptimizer> opt;
@@ -62,11 +61,12 @@ std::unique_ptr<Wrapped> wrap(const Config& k) {
   const int N = world_size();
   // Hybrid: hosts of N/2 ranks (np 4: 2 replicas of 2 shards), else the real single host.
   const int hosts_of = fsdp::is_hybrid(k.strategy) ? std::max(1, N / 2) : 0;
-  runtime::Topology topo = runtime::discover_topology(MPI_COMM_WORLD, hosts_of);
-  w->mesh = std::make_unique<runtime::DeviceMesh>(MPI_COMM_WORLD, topo, 0);
-  comm::CommOptions co;
-  co.timeout_s = 120;
-  w->comms = fsdp::make_strategy_comms(k.strategy, *w->mesh, "mpi", -1, co);
+  fsdp::GroupOptions go;
+  go.strategy = k.strategy;
+  go.simulate_ranks_per_host = hosts_of;
+  go.backend = "mpi";
+  go.comm.timeout_s = 120;
+  w->groups = fsdp::open_groups(MPI_COMM_WORLD, go);
   w->model = model::build_model(tiny_spec(), at::kMeta);
   fsdp::EngineOptions eo;
   eo.strategy = k.strategy;
@@ -75,7 +75,7 @@ std::unique_ptr<Wrapped> wrap(const Config& k) {
   eo.mp.keep_fp32 = w->model->norm_param_patterns();
   eo.limit_all_gathers = k.limit_all_gathers;
   model::Model* m = w->model.get();
-  w->engine = std::make_unique<fsdp::Engine>(*m, w->comms.engine(), eo, [m](const std::string& name, at::Tensor& t) {
+  w->engine = std::make_unique<fsdp::Engine>(*m, w->groups.comms.engine(), eo, [m](const std::string& name, at::Tensor& t) {
     model::init_parameter(t, m->init_for(name), model::param_seed(kSeed, name));
   });
   fsdp::OptimizerConfig oc;
@@ -129,7 +129,7 @@ TEST_P(EngineMemory, StateBytesMatchTheFlatLayout) {
   const Config k = GetParam();
   auto w = wrap(k);
   fsdp::Engine& e = *w->engine;
-  const int S = w->comms.shard_size();
+  const int S = w->groups.comms.shard_size();
   const int64_t psi = model::parameter_count(model::resolve_spec(tiny_spec()));
 
   int64_t numel = 0, shard_elems = 0, padded = 0;
@@ -189,7 +189,7 @@ TEST_P(EngineMemory, PeaksAndReshardAfterAStep) {
     // runs, plus the one block prefetched ahead of it in backward.
     EXPECT_LE(ms.peak_unsharded_bytes, root + std::max(2, k.limit_all_gathers) * block);
     if (k.limit_all_gathers >= 2) EXPECT_LE(ms.peak_unsharded_bytes, root + k.limit_all_gathers * block);
-    if (w->comms.shard_size() > 1 || k.dtype != at::kFloat) EXPECT_GT(ms.peak_unsharded_bytes, root);
+    if (w->groups.comms.shard_size() > 1 || k.dtype != at::kFloat) EXPECT_GT(ms.peak_unsharded_bytes, root);
   }
   if (k.strategy == fsdp::Strategy::ShardGradOp) EXPECT_EQ(ms.peak_unsharded_bytes, all);
   EXPECT_LE(ms.max_all_gathers_in_flight, k.limit_all_gathers);

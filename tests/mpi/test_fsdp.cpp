@@ -13,6 +13,7 @@
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
 #include "shardtrain/optim/kokkos_scope.h"
+#include "shardtrain/fsdp/strategy_comms.h"
 #include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/runtime/topology.h"
 #include "tiny_transformer.h"
@@ -52,37 +53,24 @@ at::Tensor global_batch(const tiny::Config& c, int64_t G, int step) {
   return at::randint(c.vocab, {G, c.seq + 1}, gen, at::kLong);
 }
 
-// The communicators a strategy uses, built from the mesh the case describes.
+// The communicators a strategy uses, built from the mesh the case describes, by the path
+// production takes (fsdp::open_groups).
 struct Groups {
-  std::unique_ptr<runtime::DeviceMesh> mesh;
-  std::unique_ptr<comm::Comm> world, shard, replicate, shard_rs;
+  fsdp::ShardedGroups g;
   MPI_Comm shard_mpi = MPI_COMM_SELF;
   fsdp::EngineComms comms;
 };
 
 Groups make_groups(const Case& k) {
+  fsdp::GroupOptions o;
+  o.strategy = k.strategy;
+  o.simulate_ranks_per_host = fsdp::is_hybrid(k.strategy) ? k.simulate_ranks_per_host : 0;
+  o.backend = "mpi";
+  o.comm.timeout_s = 120;
   Groups g;
-  comm::CommOptions o;
-  o.timeout_s = 120;
-  g.world = comm::make_mpi_comm(MPI_COMM_WORLD, "world", o);
-  g.comms.world = g.world.get();
-  if (fsdp::is_hybrid(k.strategy)) {
-    runtime::Topology t = runtime::discover_topology(MPI_COMM_WORLD, k.simulate_ranks_per_host);
-    g.mesh = std::make_unique<runtime::DeviceMesh>(MPI_COMM_WORLD, t, 0);
-    g.shard = comm::make_mpi_comm(g.mesh->shard_comm(), g.mesh->shard_group_name(), o);
-    g.shard_rs = comm::make_mpi_comm(g.mesh->shard_comm(), g.mesh->shard_group_name() + ".rs", o);
-    g.replicate = comm::make_mpi_comm(g.mesh->replicate_comm(), g.mesh->replicate_group_name(), o);
-    g.shard_mpi = g.mesh->shard_comm();
-    g.comms.shard = g.shard.get();
-    g.comms.shard_rs = g.shard_rs.get();
-    g.comms.replicate = g.replicate.get();
-  } else if (k.strategy == fsdp::Strategy::NoShard) {
-    g.comms.replicate = g.world.get();
-  } else {
-    g.shard = comm::make_mpi_comm(MPI_COMM_WORLD, "shard", o);
-    g.comms.shard = g.shard.get();
-    g.shard_mpi = MPI_COMM_WORLD;
-  }
+  g.g = fsdp::open_groups(MPI_COMM_WORLD, o);
+  g.shard_mpi = g.g.comms.shard_mpi;
+  g.comms = g.g.comms.engine();
   return g;
 }
 

@@ -1,5 +1,10 @@
-// StrategyComms: the communicators a sharding strategy needs, built from the device mesh.
+// The one path from an MPI world to what a sharded engine runs on: topology -> compute device ->
+// device mesh -> the communicators a strategy needs (open_groups). train, ckpt import, the
+// planner's probe, maxbatch, the tests and the benchmarks all call it.
 #pragma once
+#include <c10/core/Device.h>
+#include <mpi.h>
+
 #include <memory>
 #include <string>
 
@@ -7,6 +12,7 @@
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/options.h"
 #include "shardtrain/runtime/device_mesh.h"
+#include "shardtrain/runtime/topology.h"
 
 namespace shardtrain::fsdp {
 
@@ -22,8 +28,31 @@ struct StrategyComms {
   int replicate_size() const { return replicate ? replicate->size() : 1; }
 };
 
-// backend: "auto" | "mpi" | "nccl"; device: the rank's CUDA device or -1. Collective.
-StrategyComms make_strategy_comms(Strategy s, const runtime::DeviceMesh& mesh, const std::string& backend,
-                                  int device, const comm::CommOptions& opts);
+// The device this rank computes on, from a request (run.device): "cpu"; "cuda" = GPU (local
+// rank on its real host) mod GPUs torch sees, an error naming run.device when torch has no CUDA
+// or a host runs more ranks than it has GPUs (NCCL needs one GPU per rank); "auto" = the same
+// GPU when every rank has one, else the CPU on every rank. Collective over world (all ranks
+// agree, errors raised on every rank).
+c10::Device select_device(const std::string& want, MPI_Comm world);
+
+struct GroupOptions {
+  Strategy strategy = Strategy::FullShard;
+  int simulate_ranks_per_host = 0;  // parallel.simulate_ranks_per_host (0: the real hosts)
+  int shard_group_size = 0;         // parallel.shard_group_size (0: ranks per host)
+  std::string device = "cpu";       // run.device: auto | cpu | cuda
+  std::string backend = "auto";     // comm.backend: auto | mpi | nccl
+  comm::CommOptions comm;
+};
+
+struct ShardedGroups {
+  runtime::Topology topo;
+  std::unique_ptr<runtime::DeviceMesh> mesh;
+  c10::Device device = c10::kCPU;
+  StrategyComms comms;
+};
+
+// Collective over world; bad options (a mesh that does not divide, a device or backend this
+// machine cannot give) raise the same UserError, naming the deck key, on every rank.
+ShardedGroups open_groups(MPI_Comm world, const GroupOptions& o);
 
 }  // namespace shardtrain::fsdp

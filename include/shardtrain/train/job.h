@@ -1,6 +1,6 @@
 // ShardedJob: what every sharded command builds from a deck before its own work (train,
-// ckpt import, the planner's probe): topology -> mesh -> compute device -> communicators ->
-// model on the meta device -> engine options.
+// ckpt import, the planner's probe): the deck's settings, then fsdp::open_groups (topology ->
+// compute device -> mesh -> communicators), the model on the meta device, engine options.
 #pragma once
 #include <c10/core/Device.h>
 #include <mpi.h>
@@ -18,12 +18,6 @@
 #include "shardtrain/runtime/topology.h"
 
 namespace shardtrain::train {
-
-// The device this rank computes on, from run.device: "cpu"; "cuda" = GPU (local rank on its
-// real host) mod GPUs torch sees, an error naming run.device when torch has no CUDA or a host
-// runs more ranks than it has GPUs (NCCL needs one GPU per rank); "auto" = the same GPU when
-// every rank has one, else the CPU on every rank. Collective over world (all ranks agree).
-c10::Device select_device(const deck::Deck& d, MPI_Comm world);
 
 struct JobOptions {
   std::optional<fsdp::Strategy> strategy;     // default: parallel.strategy
