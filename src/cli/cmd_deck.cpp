@@ -2,10 +2,12 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::cli {
@@ -13,6 +15,7 @@ namespace {
 
 struct DeckCommandArgs {
   std::string reference_out;  // "" = stdout
+  bool reference_json = false;
   DeckArgs check, show;
 };
 
@@ -23,11 +26,29 @@ void print_resolved(const DeckArgs& args, const deck::Deck& d) {
   std::cout << d.resolved_toml();
 }
 
-int run_reference(runtime::Runtime& rt, const std::string& out) {
+// The schema as JSON, for scripts that must agree with this binary (jobscripts/scaling-study
+// reads parallel.strategy's choices from it): {"keys": [{"key", "type", "default", "choices",
+// "unit", "help"}, ...]}.
+std::string reference_json() {
+  nlohmann::json keys = nlohmann::json::array();
+  for (const auto& k : deck::schema()) {
+    nlohmann::json j;
+    j["key"] = k.key;
+    j["type"] = deck::to_string(k.type);
+    std::visit([&](const auto& v) { j["default"] = v; }, k.default_value);
+    j["choices"] = k.choices;
+    j["unit"] = k.unit;
+    j["help"] = k.help;
+    keys.push_back(std::move(j));
+  }
+  return nlohmann::json{{"keys", keys}}.dump(1) + "\n";
+}
+
+int run_reference(runtime::Runtime& rt, const std::string& out, bool json) {
   // Only rank 0 writes, but a failure must end every rank with the same message.
   runtime::run_agreed(rt.world(), [&] {
     if (rt.rank() != 0) return;
-    const std::string md = deck::reference_markdown();
+    const std::string md = json ? reference_json() : deck::reference_markdown();
     if (out.empty()) {
       std::cout << md << std::flush;
       return;
@@ -42,6 +63,8 @@ int run_reference(runtime::Runtime& rt, const std::string& out) {
 
 int run_check(runtime::Runtime& rt, const DeckArgs& args) {
   deck::Deck d = load_deck_agreed(args, rt.world());
+  // The model's own shape rules too (e.g. a ViT's patch_size must tile image_size).
+  runtime::run_agreed(rt.world(), [&] { train::model_spec_from_deck(d); });
   if (rt.rank() == 0) {
     print_resolved(args, d);
     size_t set = 0;
@@ -70,8 +93,9 @@ void add_deck_command(CLI::App& app, CommandFn& selected) {
 
   CLI::App* reference = cmd->add_subcommand("reference", "Print the reference of every deck key (Markdown)");
   reference->add_option("-o,--output", args.reference_out, "Write it to this file instead of stdout");
+  reference->add_flag("--json", args.reference_json, "The schema as JSON (key, type, default, choices, unit, help)");
   reference->callback([&selected] {
-    selected = [](runtime::Runtime& rt) { return run_reference(rt, args.reference_out); };
+    selected = [](runtime::Runtime& rt) { return run_reference(rt, args.reference_out, args.reference_json); };
   });
 
   CLI::App* check = cmd->add_subcommand(

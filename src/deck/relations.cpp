@@ -28,9 +28,8 @@ void Deck::check_relations() const {
   // A preset supplies d_model and n_heads together, so only a hand-made shape is checked here.
   if (preset.empty() && get_int("model.d_model") % heads != 0)
     fail({"model.n_heads", "model.d_model"}, shown("model.n_heads") + " must divide " + shown("model.d_model"));
-  if (arch == "vit" && get_int("model.image_size") % get_int("model.patch_size") != 0)
-    fail({"model.patch_size", "model.image_size"},
-         shown("model.patch_size") + " must divide " + shown("model.image_size"));
+  // Shape rules of one architecture (a ViT's patches tiling its image) are the model layer's
+  // (model::resolve_spec), which `deck check` and every command that builds a model ask.
 
   int64_t global = get_int("train.global_batch"), micro = get_int("train.micro_batch");
   int64_t accum = get_int("train.grad_accum");

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "shardtrain/deck/deck.h"
+#include "shardtrain/util/choices.h"
 
 namespace shardtrain::deck {
 namespace {
@@ -38,7 +39,7 @@ Key List(const char* key, std::vector<std::string> def, const char* help) {
   return Key(key, Type::StringList, std::move(def), help);
 }
 
-const std::vector<std::string> kDtypes = {"fp32", "bf16", "fp16"};
+const std::vector<std::string> kDtypes = choices::as_list(choices::kDtypes);
 
 std::vector<KeySpec> build_schema() {
   return {
@@ -53,11 +54,11 @@ std::vector<KeySpec> build_schema() {
     Str("run.device", "auto",
         "where each rank computes: auto = its GPU when libtorch has CUDA and every rank has a GPU of its own, "
         "else the CPU; cuda = its GPU (an error without one); cpu")
-        .one_of({"auto", "cpu", "cuda"}),
+        .one_of(choices::as_list(choices::kDevices)),
 
     // [parallel]
     Str("parallel.strategy", "full_shard", "how parameters, gradients and optimizer state are sharded")
-        .one_of({"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"}),
+        .one_of(choices::as_list(choices::kStrategies)),
     Int("parallel.shard_group_size", 0,
         "ranks that share one sharded replica (must divide the world size); 0 = ranks per host")
         .at_least(0).at_most(kMaxRanks).unit("ranks"),
@@ -67,7 +68,7 @@ std::vector<KeySpec> build_schema() {
 
     // [comm]
     Str("comm.backend", "auto", "collective backend; auto = nccl for CUDA tensors, mpi otherwise")
-        .one_of({"auto", "mpi", "nccl"}),
+        .one_of(choices::as_list(choices::kBackends)),
     Float("comm.timeout_s", 600.0, "a collective that takes longer aborts the job with a report")
         .above(0).at_most(1e6).unit("s"),
     Int("comm.flight_recorder", 64, "collectives remembered per group for timeout reports; 0 = off")

@@ -1,29 +1,23 @@
 // Parsing and naming of FSDP options.
 #include "shardtrain/fsdp/options.h"
 
+#include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::fsdp {
 
+// The enum's order is choices::kStrategies' order.
+static_assert(static_cast<int>(Strategy::HybridShardZero2) + 1 == static_cast<int>(choices::kStrategies.size()));
+
 Strategy parse_strategy(const std::string& s) {
-  if (s == "full_shard") return Strategy::FullShard;
-  if (s == "shard_grad_op") return Strategy::ShardGradOp;
-  if (s == "no_shard") return Strategy::NoShard;
-  if (s == "hybrid_shard") return Strategy::HybridShard;
-  if (s == "hybrid_shard_zero2") return Strategy::HybridShardZero2;
-  throw UserError("unknown parallel.strategy '" + s +
-                  "' (full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2)");
+  const int i = choices::index_of(choices::kStrategies, s);
+  if (i < 0) throw UserError("unknown parallel.strategy '" + s + "' (" + choices::joined(choices::kStrategies) + ")");
+  return static_cast<Strategy>(i);
 }
 
 const char* to_string(Strategy s) {
-  switch (s) {
-    case Strategy::FullShard: return "full_shard";
-    case Strategy::ShardGradOp: return "shard_grad_op";
-    case Strategy::NoShard: return "no_shard";
-    case Strategy::HybridShard: return "hybrid_shard";
-    case Strategy::HybridShardZero2: return "hybrid_shard_zero2";
-  }
-  return "?";
+  const int i = static_cast<int>(s);
+  return i >= 0 && i < static_cast<int>(choices::kStrategies.size()) ? choices::kStrategies[i] : "?";
 }
 
 BackwardPrefetch parse_backward_prefetch(const std::string& s) {
@@ -34,10 +28,13 @@ BackwardPrefetch parse_backward_prefetch(const std::string& s) {
 }
 
 at::ScalarType parse_dtype(const std::string& s) {
-  if (s == "fp32" || s == "float32") return at::kFloat;
-  if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
-  if (s == "fp16" || s == "float16") return at::kHalf;
-  throw UserError("unknown dtype '" + s + "' (fp32, bf16, fp16)");
+  // choices::kDtypes' order, and torch's long names as aliases.
+  static constexpr at::ScalarType kTypes[] = {at::kFloat, at::kBFloat16, at::kHalf};
+  static_assert(std::size(kTypes) == choices::kDtypes.size());
+  int i = choices::index_of(choices::kDtypes, s);
+  if (i < 0) i = choices::index_of(std::array<const char*, 3>{"float32", "bfloat16", "float16"}, s);
+  if (i < 0) throw UserError("unknown dtype '" + s + "' (" + choices::joined(choices::kDtypes) + ")");
+  return kTypes[i];
 }
 
 const char* dtype_name(at::ScalarType t) {

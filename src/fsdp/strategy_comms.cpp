@@ -3,6 +3,7 @@
 
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
@@ -14,8 +15,8 @@ namespace {
 // CUDA device or -1.
 StrategyComms make_strategy_comms(Strategy s, const runtime::DeviceMesh& mesh, const std::string& backend,
                                   int device, const comm::CommOptions& opts) {
-  ST_USER_CHECK(backend == "auto" || backend == "mpi" || backend == "nccl", "unknown comm.backend '",
-                backend, "' (auto, mpi, nccl)");
+  ST_USER_CHECK(choices::index_of(choices::kBackends, backend) >= 0, "unknown comm.backend '", backend, "' (",
+                choices::joined(choices::kBackends), ")");
   // Every rank must choose the same backend or the groups never meet.
   int has_gpu = device >= 0 ? 1 : 0, all_gpu = 0;
   ST_MPI_CHECK(MPI_Allreduce(&has_gpu, &all_gpu, 1, MPI_INT, MPI_MIN, mesh.world_comm()));
@@ -44,8 +45,8 @@ StrategyComms make_strategy_comms(Strategy s, const runtime::DeviceMesh& mesh, c
 }  // namespace
 
 c10::Device select_device(const std::string& want, MPI_Comm world) {
-  ST_USER_CHECK(want == "auto" || want == "cpu" || want == "cuda", "run.device = '", want,
-                "': expected auto, cpu or cuda");
+  ST_USER_CHECK(choices::index_of(choices::kDevices, want) >= 0, "run.device = '", want, "': expected ",
+                choices::joined(choices::kDevices));
   // Two ranks on one GPU would put one device twice into an NCCL communicator.
   const runtime::HostRanks host = runtime::real_host_ranks(world);
   const int gpus = want == "cpu" ? 0 : cuda_device_count();

@@ -37,12 +37,14 @@ std::shared_ptr<Model> make(const ModelSpec& s, at::Device device) {
   return std::make_shared<M>(s, device);
 }
 
+const Arch kArchTable[] = {
+    {"gpt2", InputKind::Tokens, GPT2::parameter_count, make<GPT2>},
+    {"llama", InputKind::Tokens, Llama::parameter_count, make<Llama>},
+    {"vit", InputKind::Images, ViT::parameter_count, make<ViT>},
+};
+
 const Arch& arch_of(const std::string& name) {
-  static const Arch table[] = {
-      {"gpt2", InputKind::Tokens, GPT2::parameter_count, make<GPT2>},
-      {"llama", InputKind::Tokens, Llama::parameter_count, make<Llama>},
-      {"vit", InputKind::Images, ViT::parameter_count, make<ViT>},
-  };
+  const auto& table = kArchTable;
   std::string known;
   for (const Arch& a : table) {
     if (name == a.name) return a;
@@ -51,6 +53,12 @@ const Arch& arch_of(const std::string& name) {
   throw UserError("unknown model arch '" + name + "' (expected " + known + ")");
 }
 }  // namespace
+
+std::vector<std::string> arch_names() {
+  std::vector<std::string> out;
+  for (const Arch& a : kArchTable) out.push_back(a.name);
+  return out;
+}
 
 ModelSpec resolve_spec(const ModelSpec& spec) {
   ModelSpec s = spec;

@@ -37,6 +37,9 @@ if(TARGET shardtrain)
   set(deck_good ${PROJECT_SOURCE_DIR}/tests/decks/good/minimal.toml)
   add_deck_user_error_test(e2e_deck_check_bad_override "--set optimizer.lr=abc: expected a float"
     deck check ${deck_good} --set optimizer.lr=abc)
+  # An architecture's own shape rule comes from the model layer (model::resolve_spec).
+  add_deck_user_error_test(e2e_deck_check_bad_vit_patch "vit: patch_size 5 does not tile image_size 28"
+    deck check ${deck_good} --set model.arch=vit --set model.image_size=28 --set model.patch_size=5)
 
   add_test(NAME e2e_deck_check_good COMMAND shardtrain deck check ${deck_good} --set train.max_steps=7)
   set_tests_properties(e2e_deck_check_good PROPERTIES TIMEOUT 60 LABELS "e2e;deck"

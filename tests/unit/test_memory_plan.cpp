@@ -235,6 +235,13 @@ TEST(MemoryPlan, CpuOffloadKeepsTheStateOutOfTheDevicePeak) {
   EXPECT_LT(off.mem.total, resident.mem.total);
 }
 
+// The deck layer lists model.arch's choices itself (below the model layer): exactly the model's.
+TEST(DeckSetup, ArchChoicesAreTheModelArchitectures) {
+  const deck::KeySpec* k = deck::find_key("model.arch");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->choices, model::arch_names());
+}
+
 // The deck layer lists model.preset's choices itself (it sits below the model layer): they must
 // be exactly the model's presets, and each must resolve through the trainer's deck reading.
 TEST(DeckSetup, PresetChoicesAreTheModelPresets) {

@@ -100,6 +100,8 @@ ModelSpec resolve_spec(const ModelSpec& spec);
 // llama-7b (Llama-1 7B shape), vit-mnist (28x28x1, 10 classes). UserError if unknown.
 ModelSpec preset_spec(const std::string& name);
 std::vector<std::string> preset_names();
+// The architectures build_model knows, in its table's order ("gpt2", "llama", "vit").
+std::vector<std::string> arch_names();
 
 // Number of parameters build_model(spec, ...) registers, computed from the spec alone.
 int64_t parameter_count(const ModelSpec& spec);

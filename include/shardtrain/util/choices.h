@@ -1,0 +1,38 @@
+// The enumerations decks and command lines spell, each named once: the deck schema's allowed
+// values, the parsers (fsdp::parse_strategy, fsdp::parse_dtype), the device and backend checks
+// (fsdp::open_groups) and `shardtrain deck reference --json` (which jobscripts/scaling-study
+// reads) all take the names from here. The order is the order of the C++ enums that mirror them
+// (fsdp::Strategy).
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+namespace shardtrain::choices {
+
+inline constexpr std::array<const char*, 5> kStrategies = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard",
+                                                           "hybrid_shard_zero2"};
+inline constexpr std::array<const char*, 3> kDtypes = {"fp32", "bf16", "fp16"};
+inline constexpr std::array<const char*, 3> kDevices = {"auto", "cpu", "cuda"};
+inline constexpr std::array<const char*, 3> kBackends = {"auto", "mpi", "nccl"};
+
+// Index of `s` in names, or -1.
+template <size_t N>
+int index_of(const std::array<const char*, N>& names, const std::string& s) {
+  for (size_t i = 0; i < N; ++i)
+    if (s == names[i]) return static_cast<int>(i);
+  return -1;
+}
+template <size_t N>
+std::vector<std::string> as_list(const std::array<const char*, N>& names) {
+  return std::vector<std::string>(names.begin(), names.end());
+}
+// "a, b, c" for messages.
+template <size_t N>
+std::string joined(const std::array<const char*, N>& names) {
+  std::string out;
+  for (const char* n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+}  // namespace shardtrain::choices
