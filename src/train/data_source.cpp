@@ -20,22 +20,14 @@ data::SamplerConfig val_config(const data::SamplerConfig& train) {
   return v;
 }
 
-class TokenSource : public DataSource {
+// What the token and image sources share: a train and a val split of one dataset directory, a
+// sampler over each (the val one only when the split holds a batch), and the batch plumbing.
+// Derived::to_batch picks a sampled batch's two tensors.
+template <typename Dataset, typename Sampler, typename Derived>
+class SplitSource : public DataSource {
  public:
-  TokenSource(const std::string& dir, const model::ModelSpec& spec, const data::SamplerConfig& cfg, int64_t seq)
-      : train_(dir, "train"), val_(dir, "val"), seq_(seq), train_sampler_(train_, seq, cfg) {
-    ST_USER_CHECK(train_.meta().vocab_size <= spec.vocab_size, "data.dataset '", dir, "' has vocabulary size ",
-                  train_.meta().vocab_size, " but model.vocab_size is ", spec.vocab_size);
-    ST_USER_CHECK(seq <= spec.seq_len, "sequence length ", seq, " exceeds model.seq_len ", spec.seq_len);
-    ST_USER_CHECK(train_sampler_.index().steps_per_epoch() > 0, "data.dataset '", dir, "': the training split has ",
-                  train_.size(), " tokens, fewer than one global batch of ", cfg.global_batch, " x ", seq + 1);
-    if (val_.size() > seq + 1) {
-      val_sampler_ = std::make_unique<data::TokenSampler>(val_, seq, val_config(cfg));
-    }
-  }
   Batch train_batch(const data::SamplerCursor& c, int m) const override {
-    auto t = data::to_tensors(train_sampler_.batch(c, m));
-    return {t.inputs, t.targets};
+    return Derived::to_batch(data::to_tensors(train_sampler_.batch(c, m)));
   }
   data::SamplerCursor next(const data::SamplerCursor& c) const override { return train_sampler_.next(c); }
   void check_cursor(const data::SamplerCursor& c) const override { train_sampler_.index().check(c); }
@@ -43,7 +35,36 @@ class TokenSource : public DataSource {
   int64_t val_batches() const override { return val_sampler_ ? val_sampler_->index().steps_per_epoch() : 0; }
   Batch val_batch(int64_t i, int m) const override {
     data::SamplerCursor c{0, i * val_sampler_->index().config().global_batch};
-    auto t = data::to_tensors(val_sampler_->batch(c, m));
+    return Derived::to_batch(data::to_tensors(val_sampler_->batch(c, m)));
+  }
+
+ protected:
+  template <typename... SamplerArgs>
+  explicit SplitSource(const std::string& dir, const SamplerArgs&... args)
+      : train_(dir, "train"), val_(dir, "val"), train_sampler_(train_, args...) {}
+  template <typename... SamplerArgs>
+  void open_val(const SamplerArgs&... args) {
+    val_sampler_ = std::make_unique<Sampler>(val_, args...);
+  }
+
+  Dataset train_, val_;
+  Sampler train_sampler_;
+  std::unique_ptr<Sampler> val_sampler_;
+};
+
+class TokenSource : public SplitSource<data::TokenDataset, data::TokenSampler, TokenSource> {
+ public:
+  TokenSource(const std::string& dir, const model::ModelSpec& spec, const data::SamplerConfig& cfg, int64_t seq)
+      : SplitSource(dir, seq, cfg), seq_(seq) {
+    ST_USER_CHECK(train_.meta().vocab_size <= spec.vocab_size, "data.dataset '", dir, "' has vocabulary size ",
+                  train_.meta().vocab_size, " but model.vocab_size is ", spec.vocab_size);
+    ST_USER_CHECK(seq <= spec.seq_len, "sequence length ", seq, " exceeds model.seq_len ", spec.seq_len);
+    ST_USER_CHECK(train_sampler_.index().steps_per_epoch() > 0, "data.dataset '", dir, "': the training split has ",
+                  train_.size(), " tokens, fewer than one global batch of ", cfg.global_batch, " x ", seq + 1);
+    if (val_.size() > seq + 1) open_val(seq, val_config(cfg));
+  }
+  template <typename T>
+  static Batch to_batch(const T& t) {
     return {t.inputs, t.targets};
   }
   int64_t tokens_per_item() const override { return seq_; }
@@ -56,16 +77,13 @@ class TokenSource : public DataSource {
   }
 
  private:
-  data::TokenDataset train_, val_;
   int64_t seq_;
-  data::TokenSampler train_sampler_;
-  std::unique_ptr<data::TokenSampler> val_sampler_;
 };
 
-class ImageSource : public DataSource {
+class ImageSource : public SplitSource<data::ImageDataset, data::ImageSampler, ImageSource> {
  public:
   ImageSource(const std::string& dir, const model::ModelSpec& spec, const data::SamplerConfig& cfg)
-      : train_(dir, "train"), val_(dir, "val"), train_sampler_(train_, cfg) {
+      : SplitSource(dir, cfg) {
     const auto& m = train_.meta();
     ST_USER_CHECK(m.height == spec.image_size && m.width == spec.image_size && m.channels == spec.channels,
                   "data.dataset '", dir, "' holds ", m.channels, "x", m.height, "x", m.width,
@@ -74,19 +92,10 @@ class ImageSource : public DataSource {
                   " classes but model.num_classes is ", spec.num_classes);
     ST_USER_CHECK(train_sampler_.index().steps_per_epoch() > 0, "data.dataset '", dir, "': fewer training images (",
                   train_.size(), ") than one global batch (", cfg.global_batch, ")");
-    if (val_.size() >= cfg.global_batch) val_sampler_ = std::make_unique<data::ImageSampler>(val_, val_config(cfg));
+    if (val_.size() >= cfg.global_batch) open_val(val_config(cfg));
   }
-  Batch train_batch(const data::SamplerCursor& c, int m) const override {
-    auto t = data::to_tensors(train_sampler_.batch(c, m));
-    return {t.images, t.labels};
-  }
-  data::SamplerCursor next(const data::SamplerCursor& c) const override { return train_sampler_.next(c); }
-  void check_cursor(const data::SamplerCursor& c) const override { train_sampler_.index().check(c); }
-  int64_t train_steps_per_epoch() const override { return train_sampler_.index().steps_per_epoch(); }
-  int64_t val_batches() const override { return val_sampler_ ? val_sampler_->index().steps_per_epoch() : 0; }
-  Batch val_batch(int64_t i, int m) const override {
-    data::SamplerCursor c{0, i * val_sampler_->index().config().global_batch};
-    auto t = data::to_tensors(val_sampler_->batch(c, m));
+  template <typename T>
+  static Batch to_batch(const T& t) {
     return {t.images, t.labels};
   }
   int64_t tokens_per_item() const override { return 0; }
@@ -96,11 +105,6 @@ class ImageSource : public DataSource {
     os << "images: " << train_.size() << " train, " << val_.size() << " val";
     return os.str();
   }
-
- private:
-  data::ImageDataset train_, val_;
-  data::ImageSampler train_sampler_;
-  std::unique_ptr<data::ImageSampler> val_sampler_;
 };
 
 // data.dataset = "": items drawn from (run.seed, item index) alone, so a global batch is the same
