@@ -30,6 +30,7 @@ constexpr const char* kState = "SHARDTRAIN_BLAS_STATE";
 constexpr const char* kSwitch = "SHARDTRAIN_BLAS_SELECT";              // off | 0 | auto (default)
 constexpr const char* kSimulate = "SHARDTRAIN_BLAS_SIMULATE_FALLBACK";  // tests: force a fallback core
 constexpr const char* kMasked = "SHARDTRAIN_BLAS_SIGMASK";             // we blocked the stop signals
+constexpr const char* kSimulateWrong = "SHARDTRAIN_BLAS_SIMULATE_WRONG";  // tests: this core's check fails
 
 BlasKernel g_kernel;
 
@@ -111,6 +112,8 @@ void unblock_if_we_blocked() {
 
 void check_and_measure(BlasKernel& k) {
   k.max_rel_error = sgemm_max_rel_error(192, &k.error_bound);
+  const char* wrong = std::getenv(kSimulateWrong);  // tests: stand in for a kernel with a bug
+  if (wrong && !k.core.empty() && lower(wrong) == lower(k.core)) k.max_rel_error = 1e-3;
   k.checked = k.max_rel_error >= 0;
   k.accurate = !k.checked || k.max_rel_error <= k.error_bound;
   k.gflops = sgemm_gflops(512, 3);
