@@ -33,6 +33,16 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores, $(grep -m1 'mod
 echo "# gpt2 V=$VOCAB T=$SEQ d=$D L=$LAYERS H=$HEADS, micro batch $MB, $THREADS thread(s)/rank, median of $STEPS steps after 2 warm-up" | tee -a "$OUT/header.txt"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/header.txt"
 
+# Both sides on the same GEMM kernel: shardtrain selects OpenBLAS's core at start-up
+# (docs/performance.md); the PyTorch peer gets the same core through OPENBLAS_CORETYPE.
+blas=$("$BIN" info perf/ddp/bench.toml --set data.dataset="$DATA" 2>/dev/null | sed -n 's/^  BLAS //p')
+core=$(sed -n 's/.*, core \([A-Za-z0-9]*\) (.*/\1/p' <<<"$blas")
+echo "# BLAS (shardtrain): $blas" | tee -a "$OUT/header.txt"
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -n "$core" ]; then
+  export OPENBLAS_CORETYPE=$core
+  echo "# PyTorch DDP peer: OPENBLAS_CORETYPE=$core (the core shardtrain selected)" | tee -a "$OUT/header.txt"
+fi
+
 port=29517
 for n in $RANKS; do
   for cfg in $CONFIGS; do
@@ -40,7 +50,7 @@ for n in $RANKS; do
     load=$(cut -d' ' -f1 /proc/loadavg)
     if [ "$cfg" = ddp ]; then
       port=$((port + 1))
-      "${MPIRUN[@]}" -np "$n" "$PY" perf/ddp/gpt2_ddp.py --vocab "$VOCAB" --seq "$SEQ" --d-model "$D" \
+      "${MPIRUN[@]}" -np "$n" ${OPENBLAS_CORETYPE:+-x OPENBLAS_CORETYPE} "$PY" perf/ddp/gpt2_ddp.py --vocab "$VOCAB" --seq "$SEQ" --d-model "$D" \
         --layers "$LAYERS" --heads "$HEADS" --micro-batch "$MB" --steps "$STEPS" --warmup 2 \
         --threads "$THREADS" --port "$port" > "$log" 2>&1 || { echo "run.sh: DDP at $n ranks failed, see $log" >&2; exit 1; }
       ms=$(grep '^{' "$log" | tail -1 | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["median_step_ms"])')

@@ -13,9 +13,11 @@
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/fsdp/strategy_comms.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/blas_kernel.h"
 #include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/runtime/topology.h"
 #include "shardtrain/train/job.h"
+#include "shardtrain/util/cpu_isa.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::cli {
@@ -65,6 +67,11 @@ int run_info(runtime::Runtime& rt, const DeckArgs& args) {
   std::printf("  libtorch %s (%s), %s, HDF5 %u.%u.%u (parallel), NCCL %s\n", TORCH_VERSION,
               fsdp::torch_built_with_cuda() ? "CUDA" : "CPU only", mpi_line.c_str(), h5maj, h5min, h5rel,
               nccl.empty() ? "not built" : nccl.c_str());
+  const CpuIsa& isa = cpu_isa();
+  std::printf("  CPU %s (family %d model %d, %s, %.2f GHz); theoretical peak per core %.0f GFLOP/s fp32, %.0f bf16\n",
+              isa.model_name.c_str(), isa.family, isa.model, isa.isa_name().c_str(), isa.clock_ghz,
+              theoretical_peak_tflops(isa, "fp32", 1) * 1e3, theoretical_peak_tflops(isa, "bf16", 1) * 1e3);
+  std::printf("  %s\n", runtime::blas_kernel().line().substr(2).c_str());
   std::printf("  world %d ranks on %d host%s%s; GPUs per host %d (torch sees %d); run.device = %s\n", rt.size(),
               topo.num_hosts, topo.num_hosts == 1 ? "" : "s", topo.simulated ? " (simulated)" : "",
               topo.gpus_per_host, fsdp::cuda_device_count(), d.get_string("run.device").c_str());

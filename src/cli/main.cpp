@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "command.h"
+#include "shardtrain/runtime/blas_kernel.h"
 #include "shardtrain/runtime/runtime.h"
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
@@ -17,17 +18,31 @@ int main(int argc, char** argv) {
   // `train`: record SIGUSR1/SIGTERM from the first instruction on. A batch system's stop signal
   // that lands during MPI start-up or deck loading must become "checkpoint at the first step
   // boundary, exit 42", not the default action (killing the rank, which kills the job).
+  const char* command = "";
+  bool measure = false;
   for (int i = 1; i < argc; ++i) {
-    if (argv[i][0] == '-') continue;
+    if (std::strcmp(argv[i], "--measure") == 0) measure = true;
+    if (argv[i][0] == '-' || *command) continue;
+    command = argv[i];
     if (std::strcmp(argv[i], "train") == 0) train::install_stop_signal_handlers();
-    break;
   }
+  // The commands that compute run on the best GEMM kernel the CPU has: before MPI_Init and the
+  // first BLAS call, this may re-exec the binary with OPENBLAS_CORETYPE set (blas_kernel.h).
+  bool computes = false;
+  for (const char* c : {"train", "maxbatch", "bench", "info"}) computes = computes || std::strcmp(command, c) == 0;
+  computes = computes || (std::strcmp(command, "plan") == 0 && measure);
+  if (computes) runtime::select_blas_kernel(argv);
   try {
     runtime::Runtime rt(&argc, &argv);
     CLI::App app{"shardtrain: fully sharded data-parallel training (FSDP / ZeRO-3, hybrid "
                  "sharding) as an MPI job"};
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("shardtrain ") + SHARDTRAIN_VERSION);
+    if (computes) {
+      const runtime::BlasKernel& k = runtime::blas_kernel();
+      if (std::strcmp(command, "info") != 0) log::info(k.line());
+      if (!k.accurate) log::warn("the BLAS kernel failed its fp64 check: " + k.line());
+    }
     cli::CommandFn selected;
     for (auto& [name, add] : cli::registered_commands()) add(app, selected);
     try {

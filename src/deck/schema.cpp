@@ -171,7 +171,7 @@ std::vector<KeySpec> build_schema() {
     // [log]
     Int("log.every", 10, "print and record metrics every this many steps").at_least(1).unit("steps"),
     Str("log.metrics_file", "metrics.jsonl", "JSON-lines metrics file, relative to run.out_dir; \"\" = none"),
-    Float("log.peak_tflops", 0.0, "peak throughput per rank for MFU; 0 = measure at start")
+    Float("log.peak_tflops", 0.0, "peak throughput per rank for MFU (a GPU's datasheet figure); 0 = the CPU's theoretical peak, or a matmul measured at start where that is higher")
         .at_least(0).at_most(1e9).unit("TFLOP/s"),
 
     // [checkpoint]

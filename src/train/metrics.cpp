@@ -89,6 +89,7 @@ std::string MetricsLog::format_step(const StepRecord& r) {
                       {"peak_tensor_bytes", r.peak_tensor_bytes},
                       {"tokens_seen", r.tokens_seen}};
   if (dev) j["peak_device_bytes"] = r.peak_device_bytes;
+  if (r.mfu_matmul > 0) j["mfu_matmul"] = r.mfu_matmul;
   if (!r.items_are_tokens) j["tokens_per_s"] = r.items_per_s;  // the key tools expect; here: samples
   return j.dump() + "\n";
 }

@@ -1,11 +1,15 @@
-// measure_peak_tflops: best of a few timed square matmuls on the compute device.
+// measure_peak_tflops (best of a few timed square matmuls), the CPU's theoretical peak, and the
+// PeakFlops pair the trainer divides by.
 #include "shardtrain/train/peak_flops.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "shardtrain/fsdp/device.h"
+#include "shardtrain/util/cpu_isa.h"
+#include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
 
 namespace shardtrain::train {
@@ -25,5 +29,55 @@ double measure_peak_tflops(at::ScalarType dtype, const c10::Device& device) {
     best = std::max(best, 2.0 * n * n * n / t.seconds() / 1e12);
   }
   return best;
+}
+
+double theoretical_peak_tflops(at::ScalarType dtype, const c10::Device& device, int threads) {
+  if (device.is_cuda()) return 0;
+  return shardtrain::theoretical_peak_tflops(cpu_isa(), dtype == at::kBFloat16 ? "bf16" : "fp32", threads);
+}
+
+double PeakFlops::hardware() const { return deck > 0 ? deck : std::max(theoretical, measured); }
+
+std::string PeakFlops::source() const {
+  if (deck > 0) return "log.peak_tflops";
+  return theoretical >= measured ? "theoretical" : "measured matmul";
+}
+
+std::string PeakFlops::describe() const {
+  char buf[320];
+  if (deck > 0) {
+    std::snprintf(buf, sizeof buf, "peak %.3f TFLOP/s per rank (log.peak_tflops); theoretical %.3f", deck, theoretical);
+  } else if (theoretical > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "peak per rank: theoretical %.3f TFLOP/s (%s), measured matmul %.3f (%.0f%% of it); MFU against %s",
+                  theoretical, cpu_isa().isa_name().c_str(), measured, 100 * measured / theoretical,
+                  measured > theoretical ? "the measured matmul (above the theoretical at the reported clock)"
+                                         : "the theoretical");
+  } else {
+    std::snprintf(buf, sizeof buf, "peak %.3f TFLOP/s per rank (measured matmul; theoretical unknown)", measured);
+  }
+  return buf;
+}
+
+std::string PeakFlops::warning() const {
+  if (measured <= 0 || theoretical <= 0 || measured >= 0.5 * theoretical) return "";
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "the measured matmul reaches %.0f%% of the theoretical peak (%.3f of %.3f TFLOP/s per rank): "
+                "a slow GEMM kernel or oversubscribed cores (see docs/troubleshooting.md, slow steps on a CPU)",
+                100 * measured / theoretical, measured, theoretical);
+  return buf;
+}
+
+PeakFlops peak_flops(double deck_peak_tflops, at::ScalarType dtype, const c10::Device& device, int threads,
+                     MPI_Comm world) {
+  PeakFlops p;
+  p.deck = deck_peak_tflops;
+  p.theoretical = theoretical_peak_tflops(dtype, device, threads);
+  if (p.deck <= 0) {  // the slowest rank's measured matmul rate
+    const double mine = measure_peak_tflops(dtype, device);
+    ST_MPI_CHECK(MPI_Allreduce(&mine, &p.measured, 1, MPI_DOUBLE, MPI_MIN, world));
+  }
+  return p;
 }
 }  // namespace shardtrain::train

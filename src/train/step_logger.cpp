@@ -39,6 +39,7 @@ void StepLogger::after_step(int64_t step, int64_t tokens_seen, const StepResult&
   r.step_ms = 1e3 * step_s;
   r.tflops = m_.flops_per_item * m_.items_per_step / step_s / size_ / 1e12;
   r.mfu = m_.peak_tflops > 0 ? r.tflops / m_.peak_tflops : 0;
+  r.mfu_matmul = m_.matmul_tflops > 0 ? r.tflops / m_.matmul_tflops : 0;
   r.comm_share = step_s > 0 ? comm_s / step_s : 0;
   r.peak_mem_bytes = static_cast<int64_t>(allreduce(static_cast<double>(read_process_memory().hwm_bytes), MPI_MAX, world_));
   r.peak_tensor_bytes = static_cast<int64_t>(

@@ -16,7 +16,8 @@ struct ThroughputModel {
   int64_t items_per_step = 0;  // tokens (language models) or images per optimizer step
   bool items_are_tokens = true;
   double flops_per_item = 0;   // training FLOPs per item
-  double peak_tflops = 0;      // per rank, for MFU
+  double peak_tflops = 0;      // per rank, for MFU: the hardware's (train/peak_flops.h)
+  double matmul_tflops = 0;    // per rank, the measured matmul (0 = not measured)
   int64_t optim_state_bytes = 0;  // host optimizer state the tensor counter does not see
 };
 

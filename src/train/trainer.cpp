@@ -217,18 +217,15 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   fsdp::ShardedOptimizer optimizer(engine, opt_cfg);
   const int64_t params = model::parameter_count(spec);
 
-  double peak_tflops = s.peak_tflops;
-  if (peak_tflops <= 0) {  // the slowest rank's measured matmul rate
-    const double mine = measure_peak_tflops(eopts.mp.param_dtype, device);
-    ST_MPI_CHECK(MPI_Allreduce(&mine, &peak_tflops, 1, MPI_DOUBLE, MPI_MIN, world));
-  }
+  const PeakFlops peak = peak_flops(s.peak_tflops, eopts.mp.param_dtype, device, threads, world);
   const bool lm = !data->classification();
   ThroughputModel tput;
   tput.items_per_step = plan.global_batch * (lm ? data->tokens_per_item() : 1);
   tput.items_are_tokens = lm;
   // Per token for language models, per image for a ViT (model::Model::train_flops_per_item).
   tput.flops_per_item = net->train_flops_per_item();
-  tput.peak_tflops = peak_tflops;
+  tput.peak_tflops = peak.hardware();
+  tput.matmul_tflops = peak.measured;
   // Host vectors of the Kokkos kernels, which the tensor count misses (tensor state is counted).
   tput.optim_state_bytes = optimizer.state_in_tensors() ? 0 : optimizer.state_bytes();
 
@@ -246,8 +243,8 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     std::printf("# batch: global %lld = micro %lld x accum %lld x %d ranks; %s\n",
                 static_cast<long long>(plan.global_batch), static_cast<long long>(plan.micro_batch),
                 static_cast<long long>(plan.grad_accum), plan.dp_ranks, data->describe().c_str());
-    std::printf("# peak %.3f TFLOP/s per rank (%s); outputs in %s\n", peak_tflops,
-                s.peak_tflops > 0 ? "log.peak_tflops" : "measured matmul", out_dir.c_str());
+    std::printf("# %s; outputs in %s\n", peak.describe().c_str(), out_dir.c_str());
+    if (!peak.warning().empty()) log::warn(peak.warning());
     std::fflush(stdout);
   }
 

@@ -20,7 +20,8 @@ struct StepRecord {
   bool items_are_tokens = true;
   double step_ms = 0;
   double tflops = 0;            // achieved model TFLOP/s per rank
-  double mfu = 0;               // tflops / peak per rank
+  double mfu = 0;               // tflops / the hardware's peak per rank (train/peak_flops.h)
+  double mfu_matmul = 0;        // tflops / the measured matmul per rank (0 = not measured)
   double comm_share = 0;        // exposed communication / step time
   int64_t peak_mem_bytes = 0;   // max over ranks of the process peak RSS
   int64_t peak_tensor_bytes = 0;  // max over ranks: peak CPU tensor bytes since start + optimizer state
