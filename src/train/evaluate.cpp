@@ -186,8 +186,10 @@ std::string eval_json(const EvalResult& r, const std::string& checkpoint, int64_
   j["items"] = r.items;
   j["targets"] = r.targets;
   if (r.seq_len > 0) j["seq_len"] = r.seq_len;
-  j["loss"] = nlohmann::ordered_json::parse(loss);
-  if (!r.accuracy) j["perplexity"] = nlohmann::ordered_json::parse(ppl);
+  // NaN / Inf (a diverged checkpoint) have no JSON number: null.
+  auto number = [](double x, const char* text) { return std::isfinite(x) ? nlohmann::ordered_json::parse(text) : nlohmann::ordered_json(); };
+  j["loss"] = number(r.loss, loss);
+  if (!r.accuracy) j["perplexity"] = number(r.perplexity, ppl);
   if (r.accuracy) j["accuracy"] = *r.accuracy;
   j["seconds"] = r.seconds;
   return j.dump() + "\n";

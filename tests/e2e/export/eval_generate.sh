@@ -2,7 +2,8 @@
 # `shardtrain eval` and `shardtrain generate` on a tiny byte-level GPT-2 trained on 2 ranks:
 # eval's loss is the same to the last bit at 1, 2 and 4 ranks; greedy generation is identical
 # at 1 and 2 ranks; both equal what an independent GPT-2 (tests/python/hf_reference.py) computes
-# on the exported weights over the same windows; bad input is one error line and exit 2.
+# on the exported weights over the same windows; bad input is one error line and exit 2. The
+# training run also checks train.sample_every and a 4-step smoke run of a 10-step-warmup deck.
 # Usage: eval_generate.sh SHARDTRAIN PYTHON SOURCE_DIR MPIRUN [MPIRUN_FLAGS...]
 set -euo pipefail
 bin=$1 py=$2 src=$3 mpirun=$4
@@ -17,7 +18,20 @@ deck=("$src/inputs/quickstart.toml" --set run.out_dir="$work/run" --set checkpoi
       --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set train.micro_batch=4
       --set run.threads=1)
 "$mpirun" "$@" -np 2 "$bin" train "${deck[@]}" --set train.max_steps=40 --set train.val_every=0 \
-  --set lr.warmup_steps=4 --set log.peak_tflops=1 --set checkpoint.resume=never >"$work/train.log"
+  --set lr.warmup_steps=4 --set log.peak_tflops=1 --set checkpoint.resume=never \
+  --set train.sample_every=20 --set train.sample_prompt=The --set train.sample_tokens=12 >"$work/train.log"
+# Samples during training: in the log and in samples.jsonl, at steps 20 and 40.
+[ "$(grep -c '^sample ' "$work/train.log")" -eq 2 ] || fail "expected 2 sample lines in the training log"
+"$py" - "$work/run/samples.jsonl" <<'PY' || fail "samples.jsonl"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert [x["step"] for x in r] == [20, 40], r
+assert all(x["prompt"] == "The" and len(x["text"].encode()) == 12 for x in r), r
+PY
+# A smoke run shorter than the deck's warmup (quickstart: 10 steps) trains, with one note.
+"$mpirun" "$@" -np 2 "$bin" train "${deck[@]}" --set run.out_dir="$work/smoke" --set checkpoint.dir="$work/smoke/ck" \
+  --set train.max_steps=4 --set log.peak_tflops=1 >"$work/smoke.log" 2>&1 || { cat "$work/smoke.log"; fail "the 4-step smoke run failed"; }
+grep -q "note: lr.warmup_steps = 10 is not below train.max_steps = 4" "$work/smoke.log" || fail "no warmup note in the smoke run"
 
 # eval: the same bits at 1, 2 and 4 ranks (the printed loss has 17 significant digits).
 for n in 1 2 4; do
