@@ -7,6 +7,7 @@
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/small_file.h"
 
 namespace shardtrain::train {
@@ -65,7 +66,13 @@ std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck:
   fsdp::InitFn zeros = [](const std::string&, at::Tensor& t) { t.zero_(); };
   m->engine = std::make_unique<fsdp::Engine>(*m->job.net, m->job.comms.engine(), m->job.engine_options, zeros);
   m->optimizer = std::make_unique<fsdp::ShardedOptimizer>(*m->engine, opt_cfg);
-  ckpt::verify_checkpoint(ckpt_path, world);  // missing, truncated, not a checkpoint: one UserError
+  int rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  // Not a checkpoint at all: one UserError before any collective read (the load checks the rest,
+  // digests included).
+  runtime::run_agreed(world, [&] {
+    if (rank == 0) ckpt::read_checkpoint_meta(ckpt_path);
+  });
   ckpt::load_checkpoint(ckpt_path, *m->engine, *m->optimizer, m->state, world);
   return m;
 }

@@ -77,6 +77,9 @@ expect2 "negative temperature" "$bin" generate "$work/ck" --prompt x --temperatu
 grep -q -- "--temperature" "$work/bad.err" || fail "the error does not name --temperature"
 expect2 "top-p 0" "$bin" generate "$work/ck" --prompt x --top-p 0
 expect2 "not a checkpoint" "$bin" generate "$work/text.txt" --prompt x
+head -c 20000 "$(ls "$work"/ck/step_*.h5 | tail -n 1)" >"$work/truncated.h5"
+expect2 "truncated checkpoint" "$mpirun" "$@" -np 2 "$bin" generate "$work/truncated.h5" --prompt x
+grep -q "truncated.h5" "$work/bad.err" || fail "truncated checkpoint: the error does not name the file"
 expect2 "unknown flag" "$bin" generate "$work/ck" --prompt x --temprature 1
 expect2 "eval without a checkpoint" "$mpirun" "$@" -np 2 "$bin" eval "${deck[@]}" --set checkpoint.resume=never
 expect2 "eval on a text file" "$bin" eval "${deck[@]}" --set checkpoint.resume="$work/text.txt"
