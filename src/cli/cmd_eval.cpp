@@ -22,6 +22,13 @@ struct EvalArgs {
 
 int run_eval(runtime::Runtime& rt, const EvalArgs& a) {
   deck::Deck d = load_deck_agreed(a.deck, rt.world());
+  if (!d.is_set("run.threads")) {
+    // A fixed intra-op thread count makes the loss the same bits at every world size (cores /
+    // ranks threads would round some GEMMs differently at 1 rank than at 2).
+    DeckArgs pinned = a.deck;
+    pinned.overrides.insert(pinned.overrides.begin(), "run.threads=1");
+    d = load_deck_agreed(pinned, rt.world());
+  }
   std::string path, dataset, out;
   runtime::run_agreed(rt.world(), [&] {
     ST_USER_CHECK(a.max_windows >= 0, "--max-windows must be >= 0 (0 = the whole split), got ", a.max_windows);

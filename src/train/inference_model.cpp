@@ -52,6 +52,9 @@ deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::
         k->default_value);
     o.push_back(std::string(key) + "=" + v);
   }
+  // One intra-op thread per rank unless overridden: at a fixed thread count the forwards give the
+  // same bits at every world size (with cores / ranks threads, some GEMMs round differently).
+  o.push_back("run.threads=1");
   o.insert(o.end(), overrides.begin(), overrides.end());
   return deck::Deck::parse(meta.deck_text, ckpt_path + " (its resolved deck)", o);
 }

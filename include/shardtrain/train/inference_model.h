@@ -22,7 +22,8 @@ std::string resolve_checkpoint_path(const std::string& path_or_dir, const std::s
 
 // The deck a checkpoint was trained with (its resolved deck), re-read with the keys that only
 // placed the training job (strategy, mesh, offload, recomputation, device, comms) back at their
-// defaults so the model loads at any world size; `overrides` are applied last. Every rank reads
+// defaults so the model loads at any world size, and run.threads = 1 (bits independent of the
+// world size); `overrides` are applied last. Every rank reads
 // the file; UserError naming the file.
 deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::string>& overrides = {});
 
