@@ -32,11 +32,13 @@ int run_eval(runtime::Runtime& rt, const EvalArgs& a) {
   std::string path, dataset, out;
   runtime::run_agreed(rt.world(), [&] {
     ST_USER_CHECK(a.max_windows >= 0, "--max-windows must be >= 0 (0 = the whole split), got ", a.max_windows);
+    // auto and never (a demo deck's "start fresh" for training) both mean the run's newest
+    // checkpoint here; a path names one.
     const std::string resume = d.get_string("checkpoint.resume");
-    ST_USER_CHECK(resume != "never", "eval: checkpoint.resume = never names no weights: give --set checkpoint.resume=PATH "
-                  "(a checkpoint file or directory)");
-    path = train::resolve_checkpoint_path(resume == "auto" ? d.checkpoint_dir() : resume,
-                                          resume == "auto" ? "checkpoint.dir (checkpoint.resume = auto)" : "checkpoint.resume");
+    const bool newest = resume == "auto" || resume == "never";
+    path = train::resolve_checkpoint_path(newest ? d.checkpoint_dir() : resume,
+                                          newest ? "checkpoint.dir (its newest checkpoint; or --set checkpoint.resume=PATH)"
+                                                 : "checkpoint.resume");
     dataset = a.dataset.empty() ? d.get_string("data.dataset") : a.dataset;
     out = a.out.empty() ? d.out_dir() + "/eval.json" : a.out;
   });

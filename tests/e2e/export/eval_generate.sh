@@ -80,6 +80,6 @@ head -c 20000 "$(ls "$work"/ck/step_*.h5 | tail -n 1)" >"$work/truncated.h5"
 expect2 "truncated checkpoint" "$mpirun" "$@" -np 2 "$bin" generate "$work/truncated.h5" --prompt x
 grep -q "truncated.h5" "$work/bad.err" || fail "truncated checkpoint: the error does not name the file"
 expect2 "unknown flag" "$bin" generate "$work/ck" --prompt x --temprature 1
-expect2 "eval without a checkpoint" "$mpirun" "$@" -np 2 "$bin" eval "${deck[@]}" --set checkpoint.resume=never
+expect2 "eval without a checkpoint" "$mpirun" "$@" -np 2 "$bin" eval "${deck[@]}" --set checkpoint.dir="$work/none"
 expect2 "eval on a text file" "$bin" eval "${deck[@]}" --set checkpoint.resume="$work/text.txt"
 echo "eval/generate: OK"
