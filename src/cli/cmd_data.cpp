@@ -3,7 +3,10 @@
 #include <cstdio>
 
 #include "command.h"
+#include <algorithm>
+
 #include "shardtrain/data/commands.h"
+#include "shardtrain/data/corpus.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/util/error.h"
@@ -44,20 +47,32 @@ void add_data(CLI::App& app, CommandFn& selected) {
     };
   });
 
-  auto* pr = data->add_subcommand("prepare", "Tokenize sources into DIR/{train,val}.bin + meta.json (or MNIST)");
+  auto* pr = data->add_subcommand(
+      "prepare", "Tokenize a corpus into DIR/{train,val}.bin + meta.json (or MNIST); in parallel under mpirun");
   pr->add_option("--tokenizer", args->prepare.tokenizer, "gpt2 | byte")->check(CLI::IsMember({"gpt2", "byte"}));
-  pr->add_option("--source", args->prepare.sources, "austen | mnist | text FILE (repeatable)")->required();
+  pr->add_option("--source", args->prepare.sources,
+                 "austen | mnist | a text or JSONL file (.gz too), a directory of them, or a glob pattern (repeatable)")
+      ->required();
   pr->add_option("--out", args->prepare.out_dir, "Output dataset directory")->required();
   auto* vf = pr->add_option("--val-fraction", args->prepare.val_fraction,
-                             "Held-out fraction in [0, 1) (default 0.05 for text, 0.2 for mnist)");
+                             "Held-out fraction of each document in [0, 1) (default 0.05 for text, 0.2 for mnist)");
+  pr->add_option("--text-field", args->prepare.text_field, "JSONL: the field holding a document's text (default text)");
+  pr->add_flag("--skip-bad", args->prepare.skip_bad, "JSONL: skip and count malformed lines instead of failing");
+  pr->add_option("--threads", args->prepare.threads, "tokenizer threads per rank (default: cores / ranks on the host)");
+  pr->add_option("--progress-every", args->prepare.progress_every_s, "seconds between progress lines (0 = none; default 5)");
   pr->callback([args, vf, &selected] {
     args->prepare.val_fraction_given = vf->count() > 0;
-    selected = [args](runtime::Runtime& rt) {
-      return run_on_rank0(rt, [&] {
-        auto a = args->prepare;
-        a.data_dir = dir_or_default(args->data_dir);
-        return data::cmd_prepare(a);
+    selected = [args](runtime::Runtime& rt) -> int {
+      auto a = args->prepare;
+      a.data_dir = dir_or_default(args->data_dir);
+      const bool mnist = std::find(a.sources.begin(), a.sources.end(), "mnist") != a.sources.end();
+      if (mnist) return run_on_rank0(rt, [&] { return data::cmd_prepare(a); });
+      // Text corpora: every rank tokenizes its byte ranges (docs/data.md "Bring your own corpus").
+      const std::string summary = data::prepare_corpus(a, rt.world(), [&](const std::function<void()>& f) {
+        runtime::run_agreed(rt.world(), f);
       });
+      if (rt.rank() == 0) std::printf("%s\n", summary.c_str());
+      return kExitOk;
     };
   });
 

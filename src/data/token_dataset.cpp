@@ -97,12 +97,18 @@ void write_token_meta(const std::string& dir, const TokenDatasetMeta& m) {
   j["splits"]["train"] = {{"file", "train.bin"}, {"tokens", m.train_tokens}};
   j["splits"]["val"] = {{"file", "val.bin"}, {"tokens", m.val_tokens}};
   j["val_fraction"] = m.val_fraction;
-  j["split_rule"] = "per source: the last floor(val_fraction * n) of its n tokens go to val, the rest to "
-                    "train; sources concatenated in order, each followed by eot_id when eot_id >= 0";
+  j["split_rule"] = "per document (a text file, a JSONL line, a novel): the last floor(val_fraction * n) of its n "
+                    "tokens go to val, the rest to train; documents concatenated in order, each followed by eot_id "
+                    "when eot_id >= 0";
   auto& src = j["sources"] = nlohmann::ordered_json::array();
-  for (auto& s : m.sources)
-    src.push_back({{"name", s.name}, {"bytes", s.bytes}, {"fnv1a64", s.fnv1a64},
-                   {"train_tokens", s.train_tokens}, {"val_tokens", s.val_tokens}});
+  for (auto& s : m.sources) {
+    nlohmann::ordered_json e = {{"name", s.name}, {"bytes", s.bytes}, {"fnv1a64", s.fnv1a64},
+                                {"train_tokens", s.train_tokens}, {"val_tokens", s.val_tokens}};
+    if (!s.format.empty()) e["format"] = s.format;
+    if (s.documents >= 0) e["documents"] = s.documents;
+    if (s.skipped >= 0) e["skipped_lines"] = s.skipped;
+    src.push_back(e);
+  }
   std::string text = j.dump(2) + "\n";
   write_file(dir + "/meta.json", text.data(), text.size());
 }
@@ -133,7 +139,13 @@ TokenDatasetMeta read_token_meta(const std::string& dir) {
     m.train_tokens = j.at("splits").at("train").at("tokens").get<std::int64_t>();
     m.val_tokens = j.at("splits").at("val").at("tokens").get<std::int64_t>();
     for (auto& s : j.at("sources"))
-      m.sources.push_back({s.at("name"), s.at("bytes"), s.at("fnv1a64"), s.at("train_tokens"), s.at("val_tokens")});
+    {
+      TokenSourceInfo i{s.at("name"), s.at("bytes"), s.at("fnv1a64"), s.at("train_tokens"), s.at("val_tokens")};
+      if (s.contains("format")) i.format = s.at("format").get<std::string>();
+      if (s.contains("documents")) i.documents = s.at("documents").get<std::int64_t>();
+      if (s.contains("skipped_lines")) i.skipped = s.at("skipped_lines").get<std::int64_t>();
+      m.sources.push_back(i);
+    }
   } catch (const nlohmann::json::exception& e) {
     throw UserError("'" + path + "': missing or mistyped key: " + e.what());
   }

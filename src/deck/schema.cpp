@@ -156,6 +156,14 @@ std::vector<KeySpec> build_schema() {
     Int("train.max_skipped_steps", 10,
         "with on_nonfinite = skip_step: stop (exit 4) when this many steps in a row were non-finite")
         .at_least(1).unit("steps"),
+    Int("train.sample_every", 0,
+        "print a text sample (and append it to <run.out_dir>/samples.jsonl) every this many steps and at the "
+        "last step; 0 = never; language models only").at_least(0).unit("steps"),
+    Str("train.sample_prompt", "",
+        "text the samples continue; \"\" = a new document (the end-of-text token; a newline for the byte tokenizer)"),
+    Int("train.sample_tokens", 64, "tokens per sample").at_least(1).at_most(4096).unit("tokens"),
+    Float("train.sample_temperature", 0.8, "sampling temperature; 0 = greedy").at_least(0).at_most(100),
+    Int("train.sample_top_k", 40, "sample among the k most likely tokens; 0 = all").at_least(0),
 
     // [data]
     Str("data.dataset", "",

@@ -16,6 +16,12 @@ TrainerSettings trainer_settings_from_deck(const deck::Deck& d) {
   s.device_key = d.get_string("run.device");
   s.val_every = d.get_int("train.val_every");
   s.val_batches = d.get_int("train.val_batches");
+  s.sample_every = d.get_int("train.sample_every");
+  s.sample_tokens = d.get_int("train.sample_tokens");
+  s.sample_top_k = d.get_int("train.sample_top_k");
+  s.sample_temperature = d.get_float("train.sample_temperature");
+  s.sample_prompt = d.get_string("train.sample_prompt");
+  s.tokenizer = d.get_string("data.tokenizer");
   s.log_every = d.get_int("log.every");
   s.metrics_file = d.get_string("log.metrics_file");
   s.peak_tflops = d.get_float("log.peak_tflops");

@@ -17,6 +17,10 @@ struct TrainerSettings {
   std::string out_dir, device_key;
   // [train] validation
   int64_t val_every = 0, val_batches = 0;
+  // [train] samples (TextSampler)
+  int64_t sample_every = 0, sample_tokens = 64, sample_top_k = 40;
+  double sample_temperature = 0.8;
+  std::string sample_prompt, tokenizer;  // tokenizer: data.tokenizer
   // [log]
   int64_t log_every = 1;
   std::string metrics_file;  // relative to out_dir; "" = none

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::train {
@@ -108,18 +109,26 @@ fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d) {
   return c;
 }
 
-optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d) {
+optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d, std::string* note) {
   optim::LrSchedule s;
   s.decay = optim::parse_lr_decay(d.get_string("lr.schedule"));
   s.lr = static_cast<float>(d.get_float("optimizer.lr"));
   s.min_lr = static_cast<float>(d.get_float("lr.min_lr"));
   s.warmup_steps = d.get_int("lr.warmup_steps");
-  s.decay_steps = d.get_int("lr.decay_steps") > 0 ? d.get_int("lr.decay_steps") : d.get_int("train.max_steps");
-  ST_USER_CHECK(s.decay == optim::LrDecay::Constant || s.decay_steps > s.warmup_steps, "lr.warmup_steps = ",
-                s.warmup_steps, " must be below ",
-                d.get_int("lr.decay_steps") > 0 ? "lr.decay_steps = " : "train.max_steps (lr.decay_steps = 0) = ",
-                s.decay_steps, " with lr.schedule = ", d.get_string("lr.schedule"),
-                ": shorten the warmup or use lr.schedule = \"constant\"");
+  const bool decay_key = d.get_int("lr.decay_steps") > 0;
+  s.decay_steps = decay_key ? d.get_int("lr.decay_steps") : d.get_int("train.max_steps");
+  // A run shorter than its warmup (a smoke run: --set train.max_steps=4 on a real deck) is
+  // trainable: the warmup shrinks to a tenth of the horizon, with one note naming the keys.
+  const int64_t horizon = s.decay == optim::LrDecay::Constant ? d.get_int("train.max_steps") : s.decay_steps;
+  if (s.warmup_steps > 0 && horizon <= s.warmup_steps) {
+    const int64_t scaled = horizon / 10;
+    if (note)
+      *note = log::fmt("# note: lr.warmup_steps = ", s.warmup_steps, " is not below ",
+                       s.decay == optim::LrDecay::Constant || !decay_key ? "train.max_steps = " : "lr.decay_steps = ",
+                       horizon, ": warming up over ", scaled, " step", scaled == 1 ? "" : "s",
+                       " (a tenth of the run) instead; set lr.warmup_steps below ", horizon, " to choose\n");
+    s.warmup_steps = scaled;
+  }
   s.validate();
   return s;
 }

@@ -1,6 +1,6 @@
 // run_training: topology -> mesh -> comms -> sharded model -> data -> resume -> the step loop.
 // The loop states the algorithm; its components (StepLogger, DivergenceGuard, Validator,
-// Checkpointer) each decide for themselves whether to act at a step.
+// TextSampler, Checkpointer) each decide for themselves whether to act at a step.
 #include "shardtrain/train/trainer.h"
 
 #include <c10/core/DeviceGuard.h>
@@ -40,6 +40,7 @@
 #include "spec_json.h"
 #include "step_logger.h"
 #include "step_result.h"
+#include "text_sampler.h"
 #include "validator.h"
 
 namespace shardtrain::train {
@@ -170,10 +171,11 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   optim::LrSchedule schedule;
   fsdp::OptimizerConfig opt_cfg;
   TrainerSettings s;
+  std::string schedule_note;
   runtime::run_agreed(world, [&] {
     plan = plan_batches(d, rt.size());
     check_fits_host_memory(d, spec, plan, world, device.is_cpu());  // huge seq_len / micro_batch: exit 2, not bad_alloc
-    schedule = lr_schedule_from_deck(d);
+    schedule = lr_schedule_from_deck(d, &schedule_note);
     opt_cfg = optimizer_config_from_deck(d);
     s = trainer_settings_from_deck(d);
   });
@@ -182,6 +184,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   if (rt.rank() == 0) {
     log::info("# shardtrain train: resolved deck (" + d.source() + ")");
     log::info(d.resolved_toml());
+    std::fputs(schedule_note.c_str(), stdout);
   }
   // Before anything is written: this job's directories are locked and it knows which run it is.
   const RunDirs run_dirs = claim_run_dirs({out_dir, s.ckpt_dir, s.resume, s.previous_run, s.metrics_file}, world);
@@ -270,6 +273,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   DivergenceGuard divergence(s.on_nonfinite, rt.rank());
   Validator validator(*net, *data, metrics, s.val_every, s.val_batches, static_cast<int>(plan.grad_accum), s.max_steps,
                       device, world);
+  TextSampler sampler(s, *net, device, start.resumed_step, world);
   Checkpointer checkpointer(ckpts, engine, optimizer, info, SaveSchedule(s.every_steps, s.every_minutes, rt.rank(), world),
                             plan.global_batch, s.seed, device, start.resumed_step, world);
 
@@ -329,6 +333,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
       break;
     }
     validator.after_step(pos.step);
+    sampler.after_step(pos.step);
     if (checkpointer.after_step(pos, finished(pos))) {
       exit_code = kExitCheckpointed;
       break;

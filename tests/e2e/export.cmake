@@ -9,5 +9,12 @@ if(SHARDTRAIN_EXPORT_PYTHON)
               ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
     set_tests_properties(e2e_export_gpt2_loss PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS "e2e;mpi"
       FAIL_REGULAR_EXPRESSION "MISMATCH")
+    # eval (equal bits at 1/2/4 ranks) and generate (greedy equal at 1/2 ranks), both checked
+    # against the independent GPT-2 on the exported weights; bad input exits 2.
+    add_test(NAME e2e_eval_generate
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export/eval_generate.sh $<TARGET_FILE:shardtrain>
+              ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
+    set_tests_properties(e2e_eval_generate PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS "e2e;mpi"
+      FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:")
   endif()
 endif()

@@ -27,6 +27,8 @@ if(TARGET shardtrain)
   add_train_e2e_test(e2e_train_data_keys data_keys.sh 2 "data")
   add_train_e2e_test(e2e_train_ownership ownership.sh 2 "ckpt;fault")
   add_train_e2e_test(e2e_train_divergence divergence.sh 2 "ckpt;fault")
+  # data prepare on JSONL / gzip / text corpora: the same bytes at 1, 2, 4 ranks and 1 or 3 threads.
+  add_train_e2e_test(e2e_data_prepare_corpus prepare_corpus.sh 2 "data;mpi")
   set_tests_properties(e2e_train_ownership PROPERTIES TIMEOUT 300)  # 9 runs, two of them racing
   # Hostile decks, data and checkpoints: exit 2 and one error line each, never a hang (issue #18).
   add_test(NAME e2e_train_hostile_inputs

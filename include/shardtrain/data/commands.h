@@ -16,6 +16,10 @@ struct PrepareArgs {
   std::string out_dir;
   double val_fraction = 0;              // checked to lie in [0, 1) when given
   bool val_fraction_given = false;      // false: default (0.05 for text, 0.2 for mnist)
+  std::string text_field = "text";      // JSONL: the field that holds a document's text
+  bool skip_bad = false;                // JSONL: skip (and count) malformed lines instead of failing
+  int threads = 0;                      // tokenizer threads per rank; 0 = cores / ranks on the host
+  double progress_every_s = 5;          // progress lines on long inputs (<= 0: none)
 };
 // data prepare: a token dataset (austen / text files) or an image dataset (mnist).
 std::string cmd_prepare(const PrepareArgs& a);

@@ -20,6 +20,10 @@ struct TokenSourceInfo {
   std::int64_t bytes = 0;
   std::string fnv1a64;  // of the source text
   std::int64_t train_tokens = 0, val_tokens = 0;
+  // Corpus files (data prepare with files, directories or globs); not written when empty / -1.
+  std::string format;              // "text", "jsonl" (+ ".gz")
+  std::int64_t documents = -1;     // documents taken from the file
+  std::int64_t skipped = -1;       // malformed lines skipped (--skip-bad)
 };
 
 struct TokenDatasetMeta {

@@ -28,7 +28,9 @@ model::ModelSpec model_spec_from_deck(const deck::Deck& d);
 comm::CommOptions comm_options_from_deck(const deck::Deck& d);
 fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::Model& m);
 fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d);
-optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d);
+// A warmup as long as the run (or the decay) is scaled to a tenth of it; `note` (when given)
+// receives the one line saying so, naming both keys.
+optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d, std::string* note = nullptr);
 
 // Lower bounds (bytes per rank, doubles: nothing wraps) of one training step: the fp32 weights
 // and gradients sharded over world_size ranks, and the largest tensor of one micro-batch (the

@@ -46,8 +46,13 @@ expect_user_error "run.threads=100000: must be <= 4096" "$ST" deck check "$DECK"
 # ---- data prepare / info -------------------------------------------------------------------
 : > "$T/empty.txt"
 printf 'hello world\n' > "$T/small.txt"
-expect_user_error "is a directory" "$ST" data prepare --tokenizer byte --source "$T" --out "$T/ds_dir"
-expect_user_error "'empty.txt' is empty" "$ST" data prepare --tokenizer byte --source "$T/empty.txt" --out "$T/ds_empty"
+# A directory is a corpus (its *.txt, *.jsonl, ... files); one without such files, or a FIFO, is not.
+mkdir -p "$T/nocorpus"
+expect_user_error "holds no *.txt" "$ST" data prepare --tokenizer byte --source "$T/nocorpus" --out "$T/ds_dir"
+mkfifo "$T/fifo.txt"
+expect_user_error "is not a regular file" "$ST" data prepare --tokenizer byte --source "$T/fifo.txt" --out "$T/ds_dir"
+rm -f "$T/fifo.txt"
+expect_user_error "empty.txt' is empty" "$ST" data prepare --tokenizer byte --source "$T/empty.txt" --out "$T/ds_empty"
 printf 'x' > "$T/one.txt"
 expect_user_error "fewer than the 2" "$ST" data prepare --tokenizer byte --source "$T/one.txt" --out "$T/ds_one"
 expect_user_error "--val-fraction must be in [0, 1)" "$ST" data prepare --tokenizer byte --source "$T/small.txt" \

@@ -1,0 +1,38 @@
+// evaluate_split: a model's loss, perplexity (language models) or accuracy (classifiers) over a
+// whole split of a prepared dataset, in fixed non-overlapping windows, the same to the last bit
+// at every world size. What `shardtrain eval` runs.
+#pragma once
+#include <c10/core/Device.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "shardtrain/model/model.h"
+
+namespace shardtrain::train {
+
+struct EvalResult {
+  std::string dataset, split;
+  int64_t items = 0;    // windows of seq_len + 1 tokens (window w: tokens [w*T, w*T + T + 1)) or images
+  int64_t targets = 0;  // predicted tokens (items x seq_len) or images
+  int64_t seq_len = 0;  // 0 for images
+  double loss = 0;      // mean cross-entropy per target (nats)
+  double perplexity = 0;
+  std::optional<double> accuracy;  // classifiers
+  double seconds = 0;
+};
+
+// Collective over `world`. Items are split into contiguous blocks, one per rank; each rank
+// runs forwards of `batch` items (the last padded, so every forward has the same shape at every
+// world size); each item's summed loss (fp32 per target, summed in fp64) goes to rank 0 in item
+// order, which adds them in that order. `max_items` > 0 evaluates only the first items.
+// UserError (every rank) when the dataset does not fit the model or the split is too short.
+EvalResult evaluate_split(model::Model& net, const std::string& dataset_dir, const std::string& split, int64_t batch,
+                          int64_t max_items, const c10::Device& device, MPI_Comm world);
+
+// One JSON object: the fields above (loss as %.17g, so it reads back to the same double).
+std::string eval_json(const EvalResult& r, const std::string& checkpoint, int64_t step);
+
+}  // namespace shardtrain::train

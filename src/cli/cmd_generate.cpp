@@ -1,0 +1,99 @@
+// `shardtrain generate CKPT --prompt TEXT`: text from a trained language model's checkpoint
+// (written at any world size), loaded sharded over this job's ranks (one rank works too).
+#include <cstdio>
+#include <memory>
+
+#include "command.h"
+#include "shardtrain/data/paths.h"
+#include "shardtrain/data/tokenizer.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/train/inference_model.h"
+#include "shardtrain/train/sampling.h"
+#include "shardtrain/train/setup.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/small_file.h"
+
+namespace shardtrain::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string ckpt, prompt, prompt_file, tokenizer, data_dir;
+  std::vector<std::string> overrides;
+  train::SamplingOptions sampling;
+  int64_t samples = 1;
+};
+
+int run_generate(runtime::Runtime& rt, const GenerateArgs& a) {
+  std::string path, prompt = a.prompt;
+  deck::Deck d = deck::Deck::defaults();
+  std::unique_ptr<data::Tokenizer> tok;
+  std::vector<int32_t> ids;
+  runtime::run_agreed(rt.world(), [&] {
+    train::check_sampling_options(a.sampling, {"--temperature", "--top-k", "--top-p", "--max-new-tokens"});
+    ST_USER_CHECK(a.samples >= 1 && a.samples <= 1000, "--samples must be in [1, 1000], got ", a.samples);
+    ST_USER_CHECK(a.prompt_file.empty() || a.prompt.empty(), "give --prompt or --prompt-file, not both");
+    if (!a.prompt_file.empty()) prompt = read_small_file(a.prompt_file, 16 * kMiB, "--prompt-file");
+    path = train::resolve_checkpoint_path(a.ckpt, "generate CKPT");
+    d = train::checkpoint_deck(path, a.overrides);
+    ST_USER_CHECK(model::input_kind(train::model_spec_from_deck(d)) == model::InputKind::Tokens, path,
+                  ": generate needs a language model (gpt2, llama); this checkpoint holds a ", d.get_string("model.arch"),
+                  " (use `shardtrain eval` for classifiers)");
+    const std::string name = a.tokenizer.empty() ? d.get_string("data.tokenizer") : a.tokenizer;
+    tok = data::make_tokenizer(name, a.data_dir.empty() ? data::default_data_dir() : a.data_dir);
+    const int64_t vocab = d.get_int("model.vocab_size");
+    ST_USER_CHECK(tok->vocab_size() <= vocab, "the ", name, " tokenizer has ", tok->vocab_size(),
+                  " tokens but the checkpoint's model has vocab_size ", vocab,
+                  ": pick the tokenizer it was trained with (--tokenizer gpt2 | byte)");
+    ids = tok->encode(prompt);
+    if (ids.empty()) {
+      ST_USER_CHECK(tok->eot_id() >= 0, "empty --prompt: the ", name,
+                    " tokenizer has no end-of-text token to start from; give some text");
+      ids.push_back(tok->eot_id());  // a fresh document
+    }
+  });
+  auto m = train::open_inference_model(rt.world(), d, path);
+  if (rt.rank() == 0) {
+    std::fprintf(stderr, "# generate: %s (step %lld, %s), %d rank%s; temperature %g, top-k %lld, top-p %g, seed %llu\n",
+                 path.c_str(), static_cast<long long>(m->state.step), d.get_string("model.arch").c_str(), rt.size(),
+                 rt.size() == 1 ? "" : "s", a.sampling.temperature, static_cast<long long>(a.sampling.top_k),
+                 a.sampling.top_p, static_cast<unsigned long long>(a.sampling.seed));
+  }
+  for (int64_t s = 0; s < a.samples; ++s) {
+    train::SamplingOptions o = a.sampling;
+    o.seed = a.sampling.seed + static_cast<uint64_t>(s);
+    const std::vector<int32_t> out =
+        train::generate_tokens(m->net(), ids, tok->vocab_size(), o, m->job.device, rt.world());
+    if (rt.rank() != 0) continue;
+    const std::string text = tok->decode(out);  // ids below the tokenizer's vocabulary (choose_token)
+    if (a.samples > 1) std::printf("%s--- sample %lld (seed %llu)\n", s ? "\n" : "", static_cast<long long>(s + 1),
+                                   static_cast<unsigned long long>(o.seed));
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  return kExitOk;
+}
+
+void add_generate(CLI::App& app, CommandFn& selected) {
+  auto a = std::make_shared<GenerateArgs>();
+  auto* sub = app.add_subcommand("generate", "Generate text from a language model's checkpoint (docs/evaluate.md)");
+  sub->add_option("CKPT", a->ckpt, "checkpoint file, or a checkpoint directory (its `latest`)")->required();
+  sub->add_option("--prompt", a->prompt, "text to continue (\"\" = start a new document)");
+  sub->add_option("--prompt-file", a->prompt_file, "read the prompt from a file");
+  sub->add_option("--max-new-tokens", a->sampling.max_new_tokens, "tokens to generate (default 100)");
+  sub->add_option("--temperature", a->sampling.temperature, "0 = greedy (default 0.8)");
+  sub->add_option("--top-k", a->sampling.top_k, "sample among the k most likely tokens; 0 = all (default)");
+  sub->add_option("--top-p", a->sampling.top_p, "nucleus sampling: the smallest set reaching probability p (default 1)");
+  sub->add_option("--seed", a->sampling.seed, "sampling seed (default 0); sample i uses seed + i");
+  sub->add_option("--samples", a->samples, "independent samples to print (default 1)");
+  sub->add_option("--tokenizer", a->tokenizer, "gpt2 | byte (default: the checkpoint deck's data.tokenizer)")
+      ->check(CLI::IsMember({"gpt2", "byte"}));
+  sub->add_option("--data-dir", a->data_dir, "where the GPT-2 tokenizer files are (default $SHARDTRAIN_DATA_DIR or <repo>/.data)");
+  sub->add_option("--set", a->overrides, "override a key of the checkpoint's deck (run.threads, fsdp.param_dtype, ...)")
+      ->type_name("KEY=VALUE");
+  sub->callback([&selected, a] { selected = [a](runtime::Runtime& rt) { return run_generate(rt, *a); }; });
+}
+
+}  // namespace
+ST_REGISTER_COMMAND(generate, add_generate);
+}  // namespace shardtrain::cli

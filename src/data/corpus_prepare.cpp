@@ -1,0 +1,479 @@
+// prepare_corpus: each rank reads its byte ranges (data/corpus.h), tokenizes them on its threads
+// in tasks of whole documents, and the ranks write the splits at offsets from a prefix sum over
+// rank order, so the files are the same bits at any number of ranks and threads.
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "shardtrain/data/checksum.h"
+#include "shardtrain/data/corpus.h"
+#include "shardtrain/data/paths.h"
+#include "shardtrain/data/token_dataset.h"
+#include "shardtrain/data/tokenizer.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
+
+namespace shardtrain::data {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr std::size_t kTaskBytes = std::size_t{1} << 20;  // JSONL tasks: about 1 MiB of whole lines
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(const std::string& path) : fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    ST_USER_CHECK(fd >= 0, "data prepare: cannot open '", path, "': ", std::strerror(errno));
+  }
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  std::string pread_all(const std::string& path, std::int64_t off, std::int64_t len) const {
+    std::string out(static_cast<std::size_t>(len), '\0');
+    std::int64_t got = 0;
+    while (got < len) {
+      const ssize_t n = ::pread(fd, out.data() + got, static_cast<std::size_t>(len - got), off + got);
+      if (n < 0 && errno == EINTR) continue;
+      ST_USER_CHECK(n >= 0, "data prepare: cannot read '", path, "': ", std::strerror(errno));
+      if (n == 0) break;
+      got += n;
+    }
+    out.resize(static_cast<std::size_t>(got));
+    return out;
+  }
+  // Index of the first '\n' at or after `from`, or -1 at the end of the file.
+  std::int64_t next_newline(const std::string& path, std::int64_t from) const {
+    for (std::int64_t at = from;; at += 1 << 16) {
+      const std::string b = pread_all(path, at, 1 << 16);
+      if (b.empty()) return -1;
+      if (const void* p = std::memchr(b.data(), '\n', b.size())) return at + (static_cast<const char*>(p) - b.data());
+    }
+  }
+};
+
+std::string gunzip_file(const std::string& path) {
+  gzFile g = ::gzopen(path.c_str(), "rb");
+  ST_USER_CHECK(g != nullptr, "data prepare: cannot open '", path, "': ", std::strerror(errno));
+  std::string out;
+  std::vector<char> buf(std::size_t{1} << 20);
+  for (;;) {
+    const int n = ::gzread(g, buf.data(), static_cast<unsigned>(buf.size()));
+    if (n < 0) {
+      int code = 0;
+      const std::string msg = ::gzerror(g, &code);
+      ::gzclose(g);
+      throw UserError("data prepare: '" + path + "' is not a readable gzip file: " + msg);
+    }
+    if (n == 0) break;
+    out.append(buf.data(), static_cast<std::size_t>(n));
+    ST_USER_CHECK(out.size() <= kMaxSourceBytes, "data prepare: '", path, "' inflates to more than ",
+                  kMaxSourceBytes >> 30, " GiB: split it, or give it uncompressed (then ranks share it)");
+  }
+  ST_USER_CHECK(::gzclose(g) == Z_OK, "data prepare: '", path, "': gzip stream ends badly (truncated?)");
+  return out;
+}
+
+// A rank's bytes of one source: the text and, for JSONL, the file offset it starts at.
+struct Loaded {
+  int source = 0;
+  std::string text;
+  std::int64_t offset = 0;
+};
+
+Loaded load_range(const CorpusSource& s, const SourceRange& r) {
+  Loaded l;
+  l.source = r.source;
+  if (s.in_memory) {
+    l.text = s.text;
+  } else if (s.gzip) {
+    l.text = gunzip_file(s.name);
+  } else if (!s.splittable()) {
+    l.text = read_file(s.name, kMaxSourceBytes, "text source");
+  } else {
+    Fd f(s.name);
+    std::int64_t b = 0;
+    if (r.begin > 0) {
+      const std::int64_t nl = f.next_newline(s.name, r.begin - 1);
+      b = nl < 0 ? s.bytes : nl + 1;
+    }
+    if (b < r.end) {
+      const std::int64_t nl = f.next_newline(s.name, r.end - 1);
+      const std::int64_t e = nl < 0 ? s.bytes : nl + 1;
+      l.text = f.pread_all(s.name, b, e - b);
+    }
+    l.offset = b;
+  }
+  if (s.format == CorpusFormat::Text)
+    ST_USER_CHECK(!l.text.empty(), "source '", s.name, "' is empty (0 bytes): nothing to tokenize");
+  return l;
+}
+
+struct Task {
+  int loaded = 0;  // index into the rank's Loaded
+  std::size_t begin = 0, end = 0;
+  std::int64_t line0 = 0;  // lines of the Loaded text before `begin`
+};
+
+struct TaskOut {
+  std::vector<std::int32_t> train, val;
+  std::int64_t docs = 0, skipped = 0;
+  std::string first_bad, error;
+};
+
+struct Counters {
+  std::atomic<std::int64_t> bytes{0}, docs{0}, tasks{0};
+  std::atomic<bool> stop{false};
+};
+
+class Worker {
+ public:
+  Worker(const PrepareArgs& a, const std::vector<CorpusSource>& s, const std::vector<Loaded>& l, Counters& c)
+      : a_(a), s_(s), l_(l), c_(c), tok_(make_tokenizer(a.tokenizer, a.data_dir)), eot_(tok_->eot_id()) {}
+
+  void run(const Task& t, TaskOut& o) {
+    const Loaded& l = l_[t.loaded];
+    const CorpusSource& src = s_[l.source];
+    const std::string_view all(l.text);
+    if (src.format == CorpusFormat::Text) {
+      add_doc(all, o);
+      c_.bytes += static_cast<std::int64_t>(all.size());
+      return;
+    }
+    std::int64_t line = t.line0;
+    for (std::size_t p = t.begin; p < t.end && !c_.stop;) {
+      const std::size_t nl = all.find('\n', p);
+      const std::size_t e = nl == std::string_view::npos || nl > t.end ? t.end : nl;
+      const std::string_view ln = all.substr(p, e - p);
+      ++line;
+      p = e + 1;
+      c_.bytes += static_cast<std::int64_t>(ln.size() + 1);
+      if (ln.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines are no documents
+      std::string why;
+      nlohmann::json j = nlohmann::json::parse(ln.begin(), ln.end(), nullptr, false);
+      if (j.is_discarded()) why = "not valid JSON";
+      else if (!j.is_object()) why = "not a JSON object";
+      else if (!j.contains(a_.text_field)) why = "no field \"" + a_.text_field + "\" (--text-field)";
+      else if (!j[a_.text_field].is_string()) why = "field \"" + a_.text_field + "\" is not a string";
+      if (!why.empty()) {
+        const std::string where = src.name + ":" + std::to_string(line_number(l, line)) + ": " + why;
+        if (!a_.skip_bad)
+          throw UserError("data prepare: " + where + " (fix the line, or pass --skip-bad to skip and count such lines)");
+        if (o.first_bad.empty()) o.first_bad = where;
+        ++o.skipped;
+        continue;
+      }
+      const std::string& text = j[a_.text_field].get_ref<const std::string&>();
+      if (!text.empty()) add_doc(text, o);
+    }
+  }
+
+ private:
+  // The file's line number of the rank's line `k` (1-based): the newlines before the rank's
+  // first byte are counted only when a message needs them.
+  std::int64_t line_number(const Loaded& l, std::int64_t k) const {
+    if (l.offset == 0) return k;
+    Fd f(s_[l.source].name);
+    std::int64_t before = 0;
+    for (std::int64_t at = 0; at < l.offset; at += 1 << 20) {
+      const std::string b = f.pread_all(s_[l.source].name, at, std::min<std::int64_t>(1 << 20, l.offset - at));
+      before += std::count(b.begin(), b.end(), '\n');
+    }
+    return before + k;
+  }
+  void add_doc(std::string_view text, TaskOut& o) {
+    ids_.clear();
+    tok_->encode_append(text, ids_);
+    const auto n = static_cast<std::int64_t>(ids_.size());
+    const auto n_val = static_cast<std::int64_t>(std::floor(a_.val_fraction * static_cast<double>(n)));
+    o.train.insert(o.train.end(), ids_.begin(), ids_.end() - n_val);
+    o.val.insert(o.val.end(), ids_.end() - n_val, ids_.end());
+    if (eot_ >= 0) {
+      o.train.push_back(eot_);
+      if (n_val > 0) o.val.push_back(eot_);
+    }
+    ++o.docs;
+    ++c_.docs;
+  }
+  const PrepareArgs& a_;
+  const std::vector<CorpusSource>& s_;
+  const std::vector<Loaded>& l_;
+  Counters& c_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::int32_t eot_;
+  std::vector<std::int32_t> ids_;
+};
+
+std::vector<Task> make_tasks(const std::vector<CorpusSource>& s, const std::vector<Loaded>& loaded) {
+  std::vector<Task> tasks;
+  for (int i = 0; i < static_cast<int>(loaded.size()); ++i) {
+    const std::string& t = loaded[i].text;
+    if (s[loaded[i].source].format == CorpusFormat::Text) {
+      tasks.push_back({i, 0, t.size(), 0});
+      continue;
+    }
+    std::int64_t lines = 0;
+    for (std::size_t p = 0; p < t.size();) {
+      std::size_t e = std::min(t.size(), p + kTaskBytes);
+      if (e < t.size()) {
+        const std::size_t nl = t.find('\n', e);
+        e = nl == std::string::npos ? t.size() : nl + 1;
+      }
+      tasks.push_back({i, p, e, lines});
+      lines += std::count(t.begin() + static_cast<std::ptrdiff_t>(p), t.begin() + static_cast<std::ptrdiff_t>(e), '\n');
+      p = e;
+    }
+  }
+  return tasks;
+}
+
+int default_threads(MPI_Comm world) {
+  MPI_Comm local = MPI_COMM_NULL;
+  ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
+  int n = 1;
+  ST_MPI_CHECK(MPI_Comm_size(local, &n));
+  ST_MPI_CHECK(MPI_Comm_free(&local));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, n));
+}
+
+void append_le(std::string& out, const std::vector<std::int32_t>& ids, int width) {
+  const std::size_t at = out.size();
+  out.resize(at + ids.size() * static_cast<std::size_t>(width));
+  char* p = out.data() + at;
+  for (std::int32_t id : ids) {
+    const auto u = static_cast<std::uint32_t>(id);
+    for (int b = 0; b < width; ++b) *p++ = static_cast<char>((u >> (8 * b)) & 0xFF);
+  }
+}
+
+// Collective: this rank's bytes at byte offset `offset` of `path` (created, truncated).
+void write_at(const std::string& path, const std::string& bytes, std::int64_t offset, MPI_Comm world) {
+  MPI_File fh = MPI_FILE_NULL;
+  ST_MPI_CHECK(MPI_File_open(world, path.c_str(), MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &fh));
+  ST_MPI_CHECK(MPI_File_set_size(fh, 0));
+  constexpr std::size_t kChunk = std::size_t{1} << 30;
+  for (std::size_t done = 0; done < bytes.size(); done += kChunk) {
+    const int n = static_cast<int>(std::min(kChunk, bytes.size() - done));
+    MPI_Status st;
+    ST_MPI_CHECK(MPI_File_write_at(fh, static_cast<MPI_Offset>(offset + static_cast<std::int64_t>(done)),
+                                   bytes.data() + done, n, MPI_BYTE, &st));
+    int written = 0;
+    ST_MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &written));
+    if (written != n) throw IoError("data prepare: short write to '" + path + "'");
+  }
+  ST_MPI_CHECK(MPI_File_sync(fh));
+  ST_MPI_CHECK(MPI_File_close(&fh));
+}
+
+std::uint64_t file_fnv(const CorpusSource& s) {
+  if (s.in_memory) return fnv1a64(s.text);
+  Fd f(s.name);
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (std::int64_t at = 0;; at += 1 << 22) {
+    const std::string b = f.pread_all(s.name, at, 1 << 22);
+    if (b.empty()) break;
+    h = fnv1a64(b, h);
+  }
+  return h;
+}
+
+std::string mb(double bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f", bytes / 1e6);
+  return s;
+}
+
+}  // namespace
+
+std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
+                           const std::function<void(const std::function<void()>&)>& agreed) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  int rank = 0, size = 1;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  ST_MPI_CHECK(MPI_Comm_size(world, &size));
+  PrepareArgs a = a0;
+  if (!a.val_fraction_given) a.val_fraction = 0.05;
+  std::vector<CorpusSource> sources;
+  std::unique_ptr<Tokenizer> probe;
+  agreed([&] {
+    ST_USER_CHECK(!a.out_dir.empty(), "data prepare: give --out DIR");
+    ST_USER_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "data prepare: --val-fraction must be in [0, 1) (a "
+                  "fraction of each document held out for validation), got ", a.val_fraction);
+    ST_USER_CHECK(a.threads >= 0 && a.threads <= 4096, "data prepare: --threads must be in [0, 4096], got ", a.threads);
+    ST_USER_CHECK(!a.text_field.empty(), "data prepare: --text-field must not be empty");
+    probe = make_tokenizer(a.tokenizer, a.data_dir);
+    sources = expand_corpus_sources(a.sources, a.data_dir);
+    std::error_code ec;
+    for (const auto& s : sources)
+      for (const char* f : {"train.bin", "val.bin", "meta.json"}) {
+        const std::string out = a.out_dir + "/" + f;
+        if (!s.in_memory && fs::exists(out, ec) && fs::equivalent(out, s.name, ec) && !ec)
+          throw UserError("data prepare: the output '" + out + "' is the input '" + s.name +
+                          "'; refusing to overwrite it: write to another path");
+      }
+  });
+  if (a.threads == 0) a.threads = default_threads(world);
+
+  // ---- this rank's documents, tokenized on its threads ------------------------------
+  Counters c;
+  std::vector<Loaded> loaded;
+  std::vector<Task> tasks;
+  std::vector<TaskOut> outs;
+  std::int64_t my_bytes = 0;
+  agreed([&] {
+    for (const SourceRange& r : rank_ranges(sources, rank, size)) {
+      loaded.push_back(load_range(sources[r.source], r));
+      my_bytes += static_cast<std::int64_t>(loaded.back().text.size());
+    }
+    tasks = make_tasks(sources, loaded);
+    outs.resize(tasks.size());
+    std::atomic<std::size_t> next{0};
+    std::vector<std::string> start_errors(static_cast<std::size_t>(a.threads));
+    auto work = [&](int id) {
+      try {
+        Worker w(a, sources, loaded, c);
+        for (std::size_t i; !c.stop && (i = next++) < tasks.size();) {
+          try {
+            w.run(tasks[i], outs[i]);
+          } catch (const std::exception& e) {
+            outs[i].error = e.what();
+            c.stop = true;
+          }
+          ++c.tasks;
+        }
+      } catch (const std::exception& e) {
+        start_errors[id] = e.what();
+        c.stop = true;
+      }
+    };
+    std::vector<std::thread> pool;
+    const int n_threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(a.threads), std::max<std::size_t>(tasks.size(), 1)));
+    for (int i = 0; i < n_threads; ++i) pool.emplace_back(work, i);
+    // Rank 0 reports on long inputs: its own share, which is about 1/size of the whole.
+    auto last = clock::now();
+    while (rank == 0 && a.progress_every_s > 0 && c.tasks < static_cast<std::int64_t>(tasks.size()) && !c.stop) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const auto now = clock::now();
+      if (std::chrono::duration<double>(now - last).count() < a.progress_every_s) continue;
+      last = now;
+      const double s = std::chrono::duration<double>(now - t0).count(), done = static_cast<double>(c.bytes);
+      const double rate = done / std::max(s, 1e-9);
+      std::printf("# prepare: %lld documents, %s of %s MB (rank 0's share, 1 of %d ranks x %d threads), %.2f MB/s, ETA %.0f s\n",
+                  static_cast<long long>(c.docs.load()), mb(done).c_str(), mb(static_cast<double>(my_bytes)).c_str(),
+                  size, n_threads, rate / 1e6, rate > 0 ? (static_cast<double>(my_bytes) - done) / rate : 0.0);
+      std::fflush(stdout);
+    }
+    for (auto& t : pool) t.join();
+    for (const auto& e : start_errors)
+      if (!e.empty()) throw UserError(e);
+    for (const auto& o : outs)
+      if (!o.error.empty()) throw UserError(o.error);
+  });
+
+  // ---- counts, offsets, per-source statistics and checksums ---------------------------
+  const std::size_t ns = sources.size();
+  std::vector<std::int64_t> stats(4 * ns, 0), all_stats(4 * ns, 0);  // train, val, docs, skipped
+  std::int64_t mine[2] = {0, 0};
+  std::string first_bad;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const int src = loaded[tasks[i].loaded].source;
+    stats[4 * src] += static_cast<std::int64_t>(outs[i].train.size());
+    stats[4 * src + 1] += static_cast<std::int64_t>(outs[i].val.size());
+    stats[4 * src + 2] += outs[i].docs;
+    stats[4 * src + 3] += outs[i].skipped;
+    mine[0] += static_cast<std::int64_t>(outs[i].train.size());
+    mine[1] += static_cast<std::int64_t>(outs[i].val.size());
+    if (first_bad.empty()) first_bad = outs[i].first_bad;
+  }
+  ST_MPI_CHECK(MPI_Allreduce(stats.data(), all_stats.data(), static_cast<int>(stats.size()), MPI_INT64_T, MPI_SUM, world));
+  std::int64_t before[2] = {0, 0}, total[2] = {0, 0};
+  ST_MPI_CHECK(MPI_Exscan(mine, before, 2, MPI_INT64_T, MPI_SUM, world));
+  if (rank == 0) before[0] = before[1] = 0;  // MPI_Exscan leaves rank 0's result undefined
+  ST_MPI_CHECK(MPI_Allreduce(mine, total, 2, MPI_INT64_T, MPI_SUM, world));
+  std::vector<std::uint64_t> hash(ns, 0), all_hash(ns, 0);
+  agreed([&] {
+    for (std::size_t i = static_cast<std::size_t>(rank); i < ns; i += static_cast<std::size_t>(size)) hash[i] = file_fnv(sources[i]);
+  });
+  ST_MPI_CHECK(MPI_Allreduce(hash.data(), all_hash.data(), static_cast<int>(ns), MPI_UINT64_T, MPI_BOR, world));
+  int bad_rank = first_bad.empty() ? size : rank, first_bad_rank = size;
+  ST_MPI_CHECK(MPI_Allreduce(&bad_rank, &first_bad_rank, 1, MPI_INT, MPI_MIN, world));
+  if (first_bad_rank < size) {
+    int len = static_cast<int>(first_bad.size());
+    ST_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first_bad_rank, world));
+    first_bad.resize(static_cast<std::size_t>(len));
+    ST_MPI_CHECK(MPI_Bcast(first_bad.data(), len, MPI_CHAR, first_bad_rank, world));
+  }
+
+  TokenDatasetMeta meta;
+  meta.tokenizer = probe->name();
+  meta.vocab_size = probe->vocab_size();
+  meta.dtype = dtype_for_vocab(meta.vocab_size);
+  meta.eot_id = probe->eot_id();
+  meta.val_fraction = a.val_fraction;
+  meta.train_tokens = total[0];
+  meta.val_tokens = total[1];
+  std::int64_t docs = 0, skipped = 0, in_bytes = 0;
+  for (std::size_t i = 0; i < ns; ++i) {
+    TokenSourceInfo s{sources[i].name, sources[i].bytes, hex64(all_hash[i]), all_stats[4 * i], all_stats[4 * i + 1]};
+    if (!sources[i].in_memory) {
+      s.format = std::string(sources[i].format == CorpusFormat::Jsonl ? "jsonl" : "text") + (sources[i].gzip ? ".gz" : "");
+      s.documents = all_stats[4 * i + 2];
+      if (sources[i].format == CorpusFormat::Jsonl) s.skipped = all_stats[4 * i + 3];
+    }
+    docs += all_stats[4 * i + 2];
+    skipped += all_stats[4 * i + 3];
+    in_bytes += sources[i].bytes;
+    meta.sources.push_back(s);
+  }
+
+  // ---- the splits: .tmp files at each rank's offset, renamed, meta.json last -----------
+  const std::string train_tmp = a.out_dir + "/train.bin.tmp", val_tmp = a.out_dir + "/val.bin.tmp";
+  agreed([&] {
+    ST_USER_CHECK(meta.train_tokens >= kMinTrainTokens, "the sources give ", meta.train_tokens,
+                  " training token(s) (", meta.tokenizer, " tokenizer, --val-fraction ", a.val_fraction,
+                  "), fewer than the ", kMinTrainTokens, " of the shortest training sequence; nothing written to '",
+                  a.out_dir, "'");
+    if (rank != 0) return;
+    make_dirs(a.out_dir);
+    std::error_code ec;
+    fs::remove(a.out_dir + "/meta.json", ec);  // an older dataset here is no longer complete
+    ST_USER_CHECK(!fs::exists(a.out_dir + "/meta.json", ec), "data prepare: cannot replace '", a.out_dir, "/meta.json'");
+  });
+  const int w = meta.bytes_per_token();
+  std::string bytes;
+  for (int split = 0; split < 2; ++split) {
+    bytes.clear();
+    for (const auto& o : outs) append_le(bytes, split == 0 ? o.train : o.val, w);
+    write_at(split == 0 ? train_tmp : val_tmp, bytes, before[split] * w, world);
+  }
+  std::string summary;
+  agreed([&] {
+    if (rank != 0) return;
+    for (const auto& [tmp, fin] : {std::pair{train_tmp, a.out_dir + "/train.bin"}, std::pair{val_tmp, a.out_dir + "/val.bin"}})
+      if (std::rename(tmp.c_str(), fin.c_str()) != 0)
+        throw IoError("data prepare: cannot rename '" + tmp + "' to '" + fin + "': " + std::strerror(errno));
+    write_token_meta(a.out_dir, meta);
+    const double s = std::chrono::duration<double>(clock::now() - t0).count();
+    std::ostringstream os;
+    os << ns << " source(s), " << docs << " document(s), " << in_bytes << " bytes -> " << meta.train_tokens
+       << " train + " << meta.val_tokens << " val " << meta.tokenizer << " tokens (" << meta.dtype << ", vocab "
+       << meta.vocab_size << ") in " << a.out_dir << "; " << size << " rank(s) x " << a.threads << " thread(s), "
+       << (static_cast<double>(in_bytes) / 1e6) / s << " MB/s";
+    if (skipped > 0) os << "\nskipped " << skipped << " malformed line(s) (--skip-bad); the first: " << first_bad;
+    summary = os.str();
+  });
+  return summary;
+}
+
+}  // namespace shardtrain::data

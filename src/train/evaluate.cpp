@@ -1,0 +1,198 @@
+// evaluate_split: whole-split evaluation with a reduction order fixed by item index.
+#include "shardtrain/train/evaluate.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "shardtrain/data/batch_tensors.h"
+#include "shardtrain/data/mnist.h"
+#include "shardtrain/data/token_dataset.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
+#include "shardtrain/util/timer.h"
+
+namespace shardtrain::train {
+namespace {
+
+// Item i's inputs and targets for one forward of `n` items starting at `first` (items past
+// `last` repeat item `first`: padding whose results are dropped).
+struct Items {
+  virtual ~Items() = default;
+  virtual int64_t count() const = 0;
+  virtual void batch(int64_t first, int64_t last, int64_t n, at::Tensor& in, at::Tensor& tgt) const = 0;
+};
+
+struct TokenItems : Items {
+  TokenItems(const std::string& dir, const std::string& split, int64_t seq) : ds(dir, split), seq(seq) {}
+  data::TokenDataset ds;
+  int64_t seq;
+  int64_t count() const override { return ds.size() > seq ? (ds.size() - 1) / seq : 0; }
+  void batch(int64_t first, int64_t last, int64_t n, at::Tensor& in, at::Tensor& tgt) const override {
+    data::TokenBatch b;
+    b.batch = n;
+    b.seq_len = seq;
+    b.tokens.resize(static_cast<size_t>(n * (seq + 1)));
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t w = first + j < last ? first + j : first;
+      ds.read(w * seq, seq + 1, b.tokens.data() + j * (seq + 1));
+    }
+    auto t = data::to_tensors(b);
+    in = t.inputs;
+    tgt = t.targets;
+  }
+};
+
+struct ImageItems : Items {
+  ImageItems(const std::string& dir, const std::string& split) : ds(dir, split) {}
+  data::ImageDataset ds;
+  int64_t count() const override { return ds.size(); }
+  void batch(int64_t first, int64_t last, int64_t n, at::Tensor& in, at::Tensor& tgt) const override {
+    data::ImageBatch b;
+    b.batch = n;
+    b.channels = ds.meta().channels;
+    b.height = ds.meta().height;
+    b.width = ds.meta().width;
+    const int px = ds.pixels();
+    b.pixels.resize(static_cast<size_t>(n * px));
+    b.labels.resize(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t i = first + j < last ? first + j : first;
+      std::copy(ds.image(i), ds.image(i) + px, b.pixels.data() + j * px);
+      b.labels[j] = ds.label(i);
+    }
+    auto t = data::to_tensors(b);
+    in = t.images;
+    tgt = t.labels;
+  }
+};
+
+}  // namespace
+
+EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::string& split, int64_t batch,
+                          int64_t max_items, const c10::Device& device, MPI_Comm world) {
+  int rank = 0, size = 1;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  ST_MPI_CHECK(MPI_Comm_size(world, &size));
+  const model::ModelSpec& spec = net.spec();
+  const bool images = model::input_kind(spec) == model::InputKind::Images;
+  EvalResult r;
+  r.dataset = dir;
+  r.split = split;
+  r.seq_len = images ? 0 : spec.seq_len;
+  std::unique_ptr<Items> items;
+  runtime::run_agreed(world, [&] {
+    ST_USER_CHECK(!dir.empty(), "eval: no dataset (data.dataset is \"\", synthetic items): give --dataset DIR");
+    ST_USER_CHECK(split == "train" || split == "val", "eval: --split must be train or val, got '", split, "'");
+    ST_USER_CHECK(batch > 0, "eval: the batch (train.micro_batch) must be > 0");
+    if (images) {
+      auto im = std::make_unique<ImageItems>(dir, split);
+      const auto& m = im->ds.meta();
+      ST_USER_CHECK(m.height == spec.image_size && m.width == spec.image_size && m.channels == spec.channels,
+                    "eval: dataset '", dir, "' has ", m.channels, "x", m.height, "x", m.width,
+                    " images but the model expects ", spec.channels, "x", spec.image_size, "x", spec.image_size);
+      items = std::move(im);
+    } else {
+      auto tk = std::make_unique<TokenItems>(dir, split, spec.seq_len);
+      ST_USER_CHECK(tk->ds.meta().vocab_size <= spec.vocab_size, "eval: dataset '", dir, "' has vocabulary size ",
+                    tk->ds.meta().vocab_size, " but the model's vocab_size is ", spec.vocab_size);
+      items = std::move(tk);
+    }
+    ST_USER_CHECK(items->count() > 0, "eval: the ", split, " split of '", dir, "' holds no complete item (",
+                  images ? std::string("image") : "window of model.seq_len + 1 = " + std::to_string(spec.seq_len + 1) +
+                                                      " tokens", ")");
+  });
+  Timer timer;
+  const int64_t total = max_items > 0 ? std::min(max_items, items->count()) : items->count();
+  const int64_t lo = total * rank / size, hi = total * (rank + 1) / size;
+  const int64_t per_rank_max = (total + size - 1) / size;
+  const int64_t forwards = (per_rank_max + batch - 1) / batch;  // the same on every rank
+  std::vector<double> loss(static_cast<size_t>(hi - lo), 0.0), correct(static_cast<size_t>(hi - lo), 0.0);
+
+  torch::autograd::AutoGradMode no_grad(false);
+  const bool was_training = net.is_training();
+  net.eval();
+  for (int64_t f = 0; f < forwards; ++f) {
+    const int64_t first = std::min(lo + f * batch, hi), real = std::min(batch, hi - first);
+    at::Tensor in, tgt;
+    // A rank with no item left still runs the forward (the engine's gathers are collective).
+    runtime::run_agreed(world, [&] { items->batch(real > 0 ? first : 0, real > 0 ? first + real : 1, batch, in, tgt); });
+    at::Tensor logits = net.forward(in.to(device)).to(at::kFloat);
+    at::Tensor flat = logits.reshape({-1, logits.size(-1)});
+    at::Tensor ce = at::cross_entropy_loss(flat, tgt.to(device).reshape({-1}), {}, at::Reduction::None)
+                        .reshape({batch, -1}).cpu().contiguous();
+    at::Tensor hit = flat.argmax(-1).eq(tgt.to(device).reshape({-1})).reshape({batch, -1}).cpu().contiguous();
+    const float* c = ce.data_ptr<float>();
+    const bool* h = hit.data_ptr<bool>();
+    const int64_t per = ce.size(1);
+    for (int64_t j = 0; j < real; ++j) {
+      double s = 0, k = 0;
+      for (int64_t t = 0; t < per; ++t) {
+        s += static_cast<double>(c[j * per + t]);
+        k += h[j * per + t] ? 1 : 0;
+      }
+      loss[first - lo + j] = s;
+      correct[first - lo + j] = k;
+    }
+    r.targets += real * per;
+  }
+  if (was_training) net.train();
+
+  // Rank 0 adds the items' sums in item order: the same additions at every world size.
+  std::vector<int> counts(size), displs(size);
+  for (int q = 0; q < size; ++q) {
+    counts[q] = static_cast<int>(total * (q + 1) / size - total * q / size);
+    displs[q] = static_cast<int>(total * q / size);
+  }
+  std::vector<double> all_loss(rank == 0 ? total : 0), all_correct(rank == 0 ? total : 0);
+  ST_MPI_CHECK(MPI_Gatherv(loss.data(), static_cast<int>(loss.size()), MPI_DOUBLE, all_loss.data(), counts.data(),
+                           displs.data(), MPI_DOUBLE, 0, world));
+  ST_MPI_CHECK(MPI_Gatherv(correct.data(), static_cast<int>(correct.size()), MPI_DOUBLE, all_correct.data(),
+                           counts.data(), displs.data(), MPI_DOUBLE, 0, world));
+  int64_t targets = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&r.targets, &targets, 1, MPI_INT64_T, MPI_SUM, world));
+  double sums[2] = {0, 0};
+  if (rank == 0)
+    for (int64_t i = 0; i < total; ++i) {
+      sums[0] += all_loss[i];
+      sums[1] += all_correct[i];
+    }
+  ST_MPI_CHECK(MPI_Bcast(sums, 2, MPI_DOUBLE, 0, world));
+  r.items = total;
+  r.targets = targets;
+  r.loss = sums[0] / static_cast<double>(targets);
+  r.perplexity = std::exp(r.loss);
+  if (images) r.accuracy = sums[1] / static_cast<double>(targets);
+  r.seconds = timer.seconds();
+  return r;
+}
+
+std::string eval_json(const EvalResult& r, const std::string& checkpoint, int64_t step) {
+  char loss[64], ppl[64];
+  std::snprintf(loss, sizeof loss, "%.17g", r.loss);
+  std::snprintf(ppl, sizeof ppl, "%.17g", r.perplexity);
+  nlohmann::ordered_json j;
+  j["checkpoint"] = checkpoint;
+  j["step"] = step;
+  j["dataset"] = r.dataset;
+  j["split"] = r.split;
+  j["items"] = r.items;
+  j["targets"] = r.targets;
+  if (r.seq_len > 0) j["seq_len"] = r.seq_len;
+  // NaN / Inf (a diverged checkpoint) have no JSON number: null.
+  auto number = [](double x, const char* text) { return std::isfinite(x) ? nlohmann::ordered_json::parse(text) : nlohmann::ordered_json(); };
+  j["loss"] = number(r.loss, loss);
+  if (!r.accuracy) j["perplexity"] = number(r.perplexity, ppl);
+  if (r.accuracy) j["accuracy"] = *r.accuracy;
+  j["seconds"] = r.seconds;
+  return j.dump() + "\n";
+}
+
+}  // namespace shardtrain::train

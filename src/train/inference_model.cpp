@@ -1,0 +1,83 @@
+// open_inference_model / checkpoint_deck / resolve_checkpoint_path: a checkpoint's model for
+// `eval` and `generate`.
+#include "shardtrain/train/inference_model.h"
+
+#include <filesystem>
+
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/train/setup.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
+#include "shardtrain/util/small_file.h"
+
+namespace shardtrain::train {
+
+std::string resolve_checkpoint_path(const std::string& p, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  ST_USER_CHECK(!p.empty(), what, ": no checkpoint given");
+  if (fs::is_directory(p, ec)) {
+    const std::string latest = p + "/latest";
+    ST_USER_CHECK(fs::exists(latest, ec), what, " = '", p, "' is a directory without a 'latest' file: name a ",
+                  "checkpoint file (step_NNNNNNNN.h5) in it, or a checkpoint directory a run wrote");
+    std::string name = read_small_file(latest, 4096, "checkpoint 'latest' file");
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    ST_USER_CHECK(!name.empty(), what, ": '", latest, "' is empty");
+    const std::string file = fs::path(name).is_absolute() ? name : p + "/" + name;
+    ST_USER_CHECK(fs::is_regular_file(file, ec), what, ": '", latest, "' names '", file, "', which does not exist");
+    return file;
+  }
+  ST_USER_CHECK(fs::is_regular_file(p, ec), what, " = '", p, "': no such checkpoint file or directory");
+  return p;
+}
+
+deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::string>& overrides) {
+  const ckpt::CheckpointMeta meta = ckpt::read_checkpoint_meta(ckpt_path);
+  ST_USER_CHECK(!meta.deck_text.empty(), ckpt_path, ": the checkpoint records no deck (deck_text attribute)");
+  // Where and how the training job ran, not what it trained: back to the defaults.
+  std::vector<std::string> o;
+  for (const char* key : {"parallel.strategy", "parallel.shard_group_size", "parallel.simulate_ranks_per_host",
+                          "fsdp.cpu_offload", "fsdp.activation_checkpointing", "run.threads", "run.device",
+                          "comm.backend", "optimizer.host_threads"}) {
+    const deck::KeySpec* k = deck::find_key(key);
+    ST_CHECK(k != nullptr, "unknown deck key ", key);
+    std::string v;
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::string>) v = "\"" + x + "\"";
+          else if constexpr (std::is_same_v<T, bool>) v = x ? "true" : "false";
+          else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) v = std::to_string(x);
+        },
+        k->default_value);
+    o.push_back(std::string(key) + "=" + v);
+  }
+  // One intra-op thread per rank unless overridden: at a fixed thread count the forwards give the
+  // same bits at every world size (with cores / ranks threads, some GEMMs round differently).
+  o.push_back("run.threads=1");
+  o.insert(o.end(), overrides.begin(), overrides.end());
+  return deck::Deck::parse(meta.deck_text, ckpt_path + " (its resolved deck)", o);
+}
+
+std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck::Deck& d, const std::string& ckpt_path) {
+  auto m = std::make_unique<InferenceModel>();
+  m->path = ckpt_path;
+  m->job = open_sharded_job(world, d);
+  fsdp::OptimizerConfig opt_cfg;
+  runtime::run_agreed(world, [&] { opt_cfg = optimizer_config_from_deck(d); });
+  // Every value is read from the file; the init only has to be cheap.
+  fsdp::InitFn zeros = [](const std::string&, at::Tensor& t) { t.zero_(); };
+  m->engine = std::make_unique<fsdp::Engine>(*m->job.net, m->job.comms.engine(), m->job.engine_options, zeros);
+  m->optimizer = std::make_unique<fsdp::ShardedOptimizer>(*m->engine, opt_cfg);
+  int rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  // Not a checkpoint at all: one UserError before any collective read (the load checks the rest,
+  // digests included).
+  runtime::run_agreed(world, [&] {
+    if (rank == 0) ckpt::read_checkpoint_meta(ckpt_path);
+  });
+  ckpt::load_checkpoint(ckpt_path, *m->engine, *m->optimizer, m->state, world);
+  return m;
+}
+
+}  // namespace shardtrain::train
