@@ -86,20 +86,32 @@ for rate in $RATES; do
   done
 done
 fi
-# The link weight for the planner, per setting: W = bandwidth of one ring edge inside a node /
-# bandwidth of the node's link, both measured with `shardtrain bench collectives` (all_gather of
-# 4-16 MiB at 2 ranks, the best busbw): 2 ranks on node 1 (shared memory), then 1 rank on each
-# node (TCP over the link, at each rate).
+# The link weights for the planner, per setting: W = bandwidth of one ring edge inside a node /
+# bandwidth of one ring edge over the node's link, W2 = the same when 2 ring edges leave each
+# node at once (hybrid's replicate rings {0,2} and {1,3}), all measured with `shardtrain bench
+# collectives` (all_gather of 4-16 MiB at 2 ranks, the best busbw): 2 ranks on node 1 (shared
+# memory); 1 rank on each node (one TCP flow per link); two such jobs at once (two flows per link:
+# the busbw of each, averaged). W2 is not 2 W: two flows through one shaped link got ~half of
+# what they would have with a fair split of its rate (perf/README.md).
 busbw() { # nodes: the best busbw (GB/s) of 2 ranks on that many nodes
-  "$CL/mpirun-cluster" --nodes "$1" -np 2 "$ST" bench collectives --op all_gather --min-bytes 4M --max-bytes 16M \
-    --dtype fp32 --iters 8 --warmup 2 2>/dev/null | awk '$1 == "all_gather" { if ($7 > b) b = $7 } END { print b }'
+  "$CL/mpirun-cluster" --nodes "$1" -np 2 "$ST" bench collectives --op all_reduce --min-bytes 4M --max-bytes 16M \
+    --dtype fp32 --iters 8 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { if ($7 > b) b = $7 } END { print b }'
+}
+busbw_pair() { # two 2-rank jobs across the 2 nodes at once: the mean of their best busbw
+  local a b
+  busbw 2 > "$OUT/pair.a" & a=$!
+  busbw 2 > "$OUT/pair.b" & b=$!
+  wait "$a" "$b"
+  cat "$OUT/pair.a" "$OUT/pair.b" | awk '{ s += $1 } END { print s / NR }'
+  rm -f "$OUT/pair.a" "$OUT/pair.b"
 }
 intra=$(busbw 1)
-echo -e "rate\tintra_GBps\tlink_GBps\tW" > "$OUT/weights.tsv"
+echo -e "rate\tintra_GBps\tlink_GBps\tW\tlink2_GBps\tW2" > "$OUT/weights.tsv"
 for rate in $RATES; do
   "$CL/cluster.sh" rate "$rate"
   inter=$(busbw 2)
-  echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.1f", a / b }')" >> "$OUT/weights.tsv"
+  inter2=$(busbw_pair)
+  echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.1f", a / b }')\t$inter2\t$(awk -v a="$intra" -v b="$inter2" 'BEGIN { printf "%.1f", a / b }')" >> "$OUT/weights.tsv"
 done
 "$CL/cluster.sh" stop
 trap - EXIT
@@ -110,7 +122,7 @@ cat "$OUT/weights.tsv" >&2
 to_bytes() { awk '{ v = $1; u = $2; m = 1; if (u == "KiB") m = 1024; if (u == "MiB") m = 1048576; if (u == "GiB") m = 1073741824; printf "%.0f", v * m }'; }
 declare -A PLAN REC
 for rate in $RATES; do
-  w=$(awk -v r="$rate" '$1 == r { print $4 }' "$OUT/weights.tsv")
+  w=$(awk -v r="$rate" '$1 == r { print $4 "," $6 }' "$OUT/weights.tsv")
   plan=$("$ST" plan "$DECK" --ranks 4 --ranks-per-host 2 --inter-host-weight "$w" 2>/dev/null)
   REC[$rate]=$(sed -n 's/^recommendation: parallel.strategy = "\([a-z_0-9]*\)".*/\1/p' <<<"$plan")
   header=$(grep -m1 -E '^ +full_shard' <<<"$plan")
@@ -123,10 +135,10 @@ for rate in $RATES; do
 done
 
 mb() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1e6 }'; }
-echo "| link | W | strategy | step (ms) | exposed comm | node 1 sent / step (MB) | node 2 sent / step (MB) | plan: host link / step (MB) | measured / plan | plan recommends | measured fastest |"
+echo "| link | W, W2 | strategy | step (ms) | exposed comm | node 1 sent / step (MB) | node 2 sent / step (MB) | plan: host link / step (MB) | measured / plan | plan recommends | measured fastest |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|"
 for rate in $RATES; do
-  w=$(awk -v r="$rate" '$1 == r { print $4 }' "$OUT/weights.tsv")
+  w=$(awk -v r="$rate" '$1 == r { print $4 ", " $6 }' "$OUT/weights.tsv")
   fastest=$(awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | sort -t$'\t' -k3,3g | head -1 | cut -f2)
   awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | while IFS=$'\t' read -r _ s ms cs tx1 rx1 tx2 rx2; do
     p=${PLAN[$s]}
