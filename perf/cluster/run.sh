@@ -86,30 +86,35 @@ for rate in $RATES; do
   done
 done
 fi
-# The link weights for the planner, per setting: W = bandwidth of one ring edge inside a node /
-# bandwidth of one ring edge over the node's link, W2 = the same when 2 ring edges leave each
-# node at once (hybrid's replicate rings {0,2} and {1,3}), all measured with `shardtrain bench
-# collectives` (all_gather of 4-16 MiB at 2 ranks, the best busbw): 2 ranks on node 1 (shared
-# memory); 1 rank on each node (one TCP flow per link); two such jobs at once (two flows per link:
-# the busbw of each, averaged). W2 is not 2 W: two flows through one shaped link got ~half of
-# what they would have with a fair split of its rate (perf/README.md).
-busbw() { # nodes: the best busbw (GB/s) of 2 ranks on that many nodes
-  "$CL/mpirun-cluster" --nodes "$1" -np 2 "$ST" bench collectives --op all_reduce --min-bytes 4M --max-bytes 16M \
-    --dtype fp32 --iters 8 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { if ($7 > b) b = $7 } END { print b }'
+# The link weights for the planner, per setting: W_e = the bandwidth of one ring edge inside a
+# node / that of one ring edge across a node's link when e edges leave the node at once, each
+# measured with the pattern that puts e edges on the link, with `shardtrain bench collectives`
+# (all_reduce of 16 MiB, the median busbw over 10 iterations = a ring edge's bandwidth):
+#   intra: 2 ranks on node 1 (shared memory);
+#   W  (e = 1): 4 ranks, 2 per node: the world ring leaves each node once, as in full_shard,
+#      shard_grad_op and no_shard;
+#   W2 (e = 2): two 2-rank jobs across the nodes at once, as hybrid's replicate rings {0,2},
+#      {1,3} (the mean of the two busbw).
+# W2 is not 2 W: a 2-rank all-reduce's two phases stall the link between them, and two such flows
+# through one shaped link get less than a fair split of its rate (perf/README.md).
+busbw() { # NODES NP: the median busbw (GB/s) of an all_reduce over NP ranks on NODES nodes
+  "$CL/mpirun-cluster" --nodes "$1" -np "$2" "$ST" bench collectives --op all_reduce --min-bytes 16M --max-bytes 16M \
+    --dtype fp32 --iters 10 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { print $7 }'
 }
-busbw_pair() { # two 2-rank jobs across the 2 nodes at once: the mean of their best busbw
+busbw_pair() { # two 2-rank jobs across the 2 nodes at once: the mean of their busbw
   local a b
-  busbw 2 > "$OUT/pair.a" & a=$!
-  busbw 2 > "$OUT/pair.b" & b=$!
+  busbw 2 2 > "$OUT/pair.a" & a=$!
+  busbw 2 2 > "$OUT/pair.b" & b=$!
   wait "$a" "$b"
   cat "$OUT/pair.a" "$OUT/pair.b" | awk '{ s += $1 } END { print s / NR }'
   rm -f "$OUT/pair.a" "$OUT/pair.b"
 }
-intra=$(busbw 1)
+"$CL/cluster.sh" rate none
+intra=$(busbw 1 2)
 echo -e "rate\tintra_GBps\tlink_GBps\tW\tlink2_GBps\tW2" > "$OUT/weights.tsv"
 for rate in $RATES; do
   "$CL/cluster.sh" rate "$rate"
-  inter=$(busbw 2)
+  inter=$(busbw 2 4)
   inter2=$(busbw_pair)
   echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.1f", a / b }')\t$inter2\t$(awk -v a="$intra" -v b="$inter2" 'BEGIN { printf "%.1f", a / b }')" >> "$OUT/weights.tsv"
 done
