@@ -18,7 +18,7 @@ endif()
 # A real two-node Slurm on a namespace cluster of its own (tests/cluster/cluster_slurm.sh:
 # slurmctld on node 1, a slurmd per node, munged shared): multinode.sbatch with srun and with
 # mpirun across the 2 nodes, a time-limited job requeued and bit-identical to the uninterrupted
-# one, and a scaling study on 1 and 2 nodes through Slurm. ~1.5-2 minutes on 2 cores. Its cluster
+# one, and a scaling study on 1 and 2 nodes through Slurm. ~1 minute on 2 busy cores. Its cluster
 # name, subnet and daemons are its own (the daemons listen inside the nodes' namespaces), so it
 # runs next to cluster_train and slurm_jobscripts. Skipped (exit 77, the reason printed) where
 # namespaces or slurmd cannot run (not root, no CAP_NET_ADMIN).
