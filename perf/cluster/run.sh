@@ -86,20 +86,37 @@ for rate in $RATES; do
   done
 done
 fi
-# The link weight for the planner, per setting: W = bandwidth of one ring edge inside a node /
-# bandwidth of the node's link, both measured with `shardtrain bench collectives` (all_gather of
-# 4-16 MiB at 2 ranks, the best busbw): 2 ranks on node 1 (shared memory), then 1 rank on each
-# node (TCP over the link, at each rate).
-busbw() { # nodes: the best busbw (GB/s) of 2 ranks on that many nodes
-  "$CL/mpirun-cluster" --nodes "$1" -np 2 "$ST" bench collectives --op all_gather --min-bytes 4M --max-bytes 16M \
-    --dtype fp32 --iters 8 --warmup 2 2>/dev/null | awk '$1 == "all_gather" { if ($7 > b) b = $7 } END { print b }'
+# The link weights for the planner, per setting: W_e = the bandwidth of one ring edge inside a
+# node / that of one ring edge across a node's link when e edges leave the node at once, each
+# measured with the pattern that puts e edges on the link, with `shardtrain bench collectives`
+# (all_reduce of 16 MiB, the median busbw over 10 iterations = a ring edge's bandwidth):
+#   intra: 2 ranks on node 1 (shared memory);
+#   W  (e = 1): 4 ranks, 2 per node: the world ring leaves each node once, as in full_shard,
+#      shard_grad_op and no_shard;
+#   W2 (e = 2): two 2-rank jobs across the nodes at once, as hybrid's replicate rings {0,2},
+#      {1,3} (the mean of the two busbw).
+# W2 is not 2 W: a 2-rank all-reduce's two phases stall the link between them, and two such flows
+# through one shaped link get less than a fair split of its rate (perf/README.md).
+busbw() { # NODES NP: the median busbw (GB/s) of an all_reduce over NP ranks on NODES nodes
+  "$CL/mpirun-cluster" --nodes "$1" -np "$2" "$ST" bench collectives --op all_reduce --min-bytes 16M --max-bytes 16M \
+    --dtype fp32 --iters 10 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { print $7 }'
 }
-intra=$(busbw 1)
-echo -e "rate\tintra_GBps\tlink_GBps\tW" > "$OUT/weights.tsv"
+busbw_pair() { # two 2-rank jobs across the 2 nodes at once: the mean of their busbw
+  local a b
+  busbw 2 2 > "$OUT/pair.a" & a=$!
+  busbw 2 2 > "$OUT/pair.b" & b=$!
+  wait "$a" "$b"
+  cat "$OUT/pair.a" "$OUT/pair.b" | awk '{ s += $1 } END { print s / NR }'
+  rm -f "$OUT/pair.a" "$OUT/pair.b"
+}
+"$CL/cluster.sh" rate none
+intra=$(busbw 1 2)
+echo -e "rate\tintra_GBps\tlink_GBps\tW\tlink2_GBps\tW2" > "$OUT/weights.tsv"
 for rate in $RATES; do
   "$CL/cluster.sh" rate "$rate"
-  inter=$(busbw 2)
-  echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.1f", a / b }')" >> "$OUT/weights.tsv"
+  inter=$(busbw 2 4)
+  inter2=$(busbw_pair)
+  echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.1f", a / b }')\t$inter2\t$(awk -v a="$intra" -v b="$inter2" 'BEGIN { printf "%.1f", a / b }')" >> "$OUT/weights.tsv"
 done
 "$CL/cluster.sh" stop
 trap - EXIT
@@ -110,7 +127,7 @@ cat "$OUT/weights.tsv" >&2
 to_bytes() { awk '{ v = $1; u = $2; m = 1; if (u == "KiB") m = 1024; if (u == "MiB") m = 1048576; if (u == "GiB") m = 1073741824; printf "%.0f", v * m }'; }
 declare -A PLAN REC
 for rate in $RATES; do
-  w=$(awk -v r="$rate" '$1 == r { print $4 }' "$OUT/weights.tsv")
+  w=$(awk -v r="$rate" '$1 == r { print $4 "," $6 }' "$OUT/weights.tsv")
   plan=$("$ST" plan "$DECK" --ranks 4 --ranks-per-host 2 --inter-host-weight "$w" 2>/dev/null)
   REC[$rate]=$(sed -n 's/^recommendation: parallel.strategy = "\([a-z_0-9]*\)".*/\1/p' <<<"$plan")
   header=$(grep -m1 -E '^ +full_shard' <<<"$plan")
@@ -123,10 +140,10 @@ for rate in $RATES; do
 done
 
 mb() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1e6 }'; }
-echo "| link | W | strategy | step (ms) | exposed comm | node 1 sent / step (MB) | node 2 sent / step (MB) | plan: host link / step (MB) | measured / plan | plan recommends | measured fastest |"
+echo "| link | W, W2 | strategy | step (ms) | exposed comm | node 1 sent / step (MB) | node 2 sent / step (MB) | plan: host link / step (MB) | measured / plan | plan recommends | measured fastest |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|"
 for rate in $RATES; do
-  w=$(awk -v r="$rate" '$1 == r { print $4 }' "$OUT/weights.tsv")
+  w=$(awk -v r="$rate" '$1 == r { print $4 ", " $6 }' "$OUT/weights.tsv")
   fastest=$(awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | sort -t$'\t' -k3,3g | head -1 | cut -f2)
   awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | while IFS=$'\t' read -r _ s ms cs tx1 rx1 tx2 rx2; do
     p=${PLAN[$s]}

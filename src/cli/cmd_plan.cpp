@@ -22,7 +22,7 @@ struct PlanArgs {
   DeckArgs deck;
   int ranks = 0, ranks_per_host = 0;
   std::string device_memory = "80GiB";
-  double inter_host_weight = 8;
+  std::string inter_host_weight = "8";
   bool measure = false;
   std::vector<std::string> strategies;
   int steps = 2;
@@ -38,6 +38,29 @@ std::vector<fsdp::Strategy> parse_strategies(const std::vector<std::string>& arg
       if (!item.empty()) out.push_back(fsdp::parse_strategy(item));
   }
   return out;
+}
+
+// --inter-host-weight W[,W2,W3...]: W for one ring edge on a host's link, W2 for each of 2 edges
+// sharing it at once, ... (measured: perf/cluster/run.sh; docs/memory-planner.md).
+void parse_link_weights(const std::string& text, train::PlanSettings* ps) {
+  std::vector<double> w;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    double v = 0;
+    size_t used = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    ST_USER_CHECK(used > 0 && used == item.size() && v >= 1e-6 && v <= 1e6, "--inter-host-weight '", text,
+                  "': comma-separated numbers in [1e-6, 1e6] (W for one ring edge on a host's link, then W2 for",
+                  " each of 2 edges sharing it, ...), not '", item, "'");
+    w.push_back(v);
+  }
+  ST_USER_CHECK(!w.empty(), "--inter-host-weight '", text, "': give at least one number");
+  ps->inter_host_weight = w[0];
+  ps->shared_link_weights.assign(w.begin() + 1, w.end());
 }
 
 int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
@@ -60,7 +83,7 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     ST_USER_CHECK(bound.total() < 4.0e18, d.source(), ": one step of this deck needs at least ", bound.total(),
                   " bytes per rank (model.seq_len ", ps.spec.seq_len, ", train.micro_batch ", ps.micro_batch,
                   ", ", bound.params, " parameters over ", ranks, " ranks), more than any machine has");
-    ps.inter_host_weight = a.inter_host_weight;
+    parse_link_weights(a.inter_host_weight, &ps);
     wanted = parse_strategies(a.strategies);
   });
   // --measure: plan for the threads the probes will use (bf16 GEMM workspace is per thread).
@@ -135,9 +158,9 @@ void add_plan(CLI::App& app, CommandFn& selected) {
   sub->add_option("--device-memory", args->device_memory, "Memory per rank, e.g. 80GiB, 40GB, 512MiB")
       ->capture_default_str();
   sub->add_option("--inter-host-weight", args->inter_host_weight,
-                  "Cost of an inter-host byte in intra-host bytes, for the recommendation")
-      ->capture_default_str()
-      ->check(CLI::Range(1e-6, 1e6));
+                  "Cost of an inter-host byte in intra-host bytes, for the recommendation: W for one ring edge "
+                  "on a host's link, or W,W2,... with the measured cost when 2, ... edges share it (default W x edges)")
+      ->capture_default_str();
   sub->add_option("--strategy", args->strategies, "Only these strategies (repeatable or comma-separated)");
   sub->add_flag("--measure", args->measure,
                 "Also run real steps for each strategy (needs --ranks MPI ranks) and print planned vs measured peaks");

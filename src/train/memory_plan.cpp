@@ -202,6 +202,13 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
 }
 }  // namespace detail
 
+double link_weight(const PlanSettings& ps, int edges) {
+  if (edges <= 0) return 1.0;
+  if (edges == 1) return ps.inter_host_weight;
+  const size_t i = static_cast<size_t>(edges - 2);
+  return i < ps.shared_link_weights.size() ? ps.shared_link_weights[i] : ps.inter_host_weight * edges;
+}
+
 StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   StrategyPlan p;
   p.strategy = st;
@@ -256,14 +263,15 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   (p.replicate_spans_hosts || (st == fsdp::Strategy::NoShard && N > G) ? p.comm.inter_host : p.comm.intra_host) +=
       p.comm.all_reduce;
   // What crosses the busiest host's link, and the cost of each family of rings: bytes per rank
-  // times max(1, W x edges that share the link): a ring runs at its slowest edge, and the rings
-  // of one family run at the same time (hybrid_shard's replicate groups all cross one link).
+  // times max(1, link_weight(edges that share the link)): a ring runs at its slowest edge, and
+  // the rings of one family run at the same time (hybrid_shard's replicate groups all cross one
+  // link, and the flows that share it get what the measured weight says, not a fair split).
   // Ignored units' all-reduces run over the world (a replicate family of shard size 1).
   const int es = ring_edges_leaving_busiest_host(N, G, S, true);
   const int er = ring_edges_leaving_busiest_host(N, G, S, false);
   const int ew = ring_edges_leaving_busiest_host(N, G, 1, false);
   p.comm.inter_host_link = static_cast<int64_t>(es * (ag + rs) + er * ar_rep + ew * ar_world);
-  auto cost = [&](double bytes, int edges) { return bytes * std::max(1.0, ps.inter_host_weight * edges); };
+  auto cost = [&](double bytes, int edges) { return bytes * std::max(1.0, link_weight(ps, edges)); };
   p.comm_cost = cost(ag + rs, es) + cost(ar_rep, er) + cost(ar_world, ew);
   return p;
 }

@@ -43,3 +43,12 @@ if(TARGET shardtrain)
   set_tests_properties(e2e_maxbatch_doubling_no_shard PROPERTIES
     PASS_REGULAR_EXPRESSION "probe no_shard +micro-batch +8:.*\\| no_shard \\| 2 \\| gpt2 4x128, 0.9 M params \\| [1-9][0-9]* \\|")
 endif()
+# --inter-host-weight takes W or W,W2,...; anything else is a user error (exit 2) naming the item.
+if(TARGET shardtrain)
+  add_test(NAME e2e_plan_bad_inter_host_weight
+    COMMAND $<TARGET_FILE:shardtrain> plan ${CMAKE_CURRENT_LIST_DIR}/plan/gpt2-fp32.toml --ranks 4 --ranks-per-host 2
+            --inter-host-weight 8,fast)
+  set_tests_properties(e2e_plan_bad_inter_host_weight PROPERTIES TIMEOUT 60 LABELS "e2e;plan"
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+    PASS_REGULAR_EXPRESSION "--inter-host-weight '8,fast'.*not 'fast'")
+endif()

@@ -210,6 +210,38 @@ TEST(MemoryPlan, RecommendsTheCheapestThatFits) {
   EXPECT_NE(text.find("[0000"), std::string::npos) << text;
 }
 
+// Rings that share a host's link at once: without measured weights the link splits evenly
+// (W x edges); a measured W2 prices hybrid's two replicate rings on one link. On the namespace
+// cluster's 250 Mbit/s link two concurrent flows got much less than half each, and no_shard (one
+// world ring, one flow per link) measured faster than hybrid_shard_zero2 (perf/README.md).
+TEST(MemoryPlan, MeasuredSharedLinkWeightPricesConcurrentRings) {
+  PlanSettings ps = gpt2(4, 2);
+  ps.inter_host_weight = 8;
+  EXPECT_EQ(train::link_weight(ps, 0), 1.0);
+  EXPECT_EQ(train::link_weight(ps, 1), 8.0);
+  EXPECT_EQ(train::link_weight(ps, 2), 16.0);
+  ps.shared_link_weights = {40};
+  EXPECT_EQ(train::link_weight(ps, 2), 40.0);
+  EXPECT_EQ(train::link_weight(ps, 3), 24.0);  // past the list: the even split
+  const StrategyPlan hz = train::plan_strategy(ps, fsdp::Strategy::HybridShardZero2);
+  const StrategyPlan ns = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  // hybrid: the shard groups' collectives stay on the host (x 1), the replicate all-reduce's two
+  // rings share host 0's link (x W2); no_shard: one world ring, one edge per link (x W).
+  const double hz_want = static_cast<double>(hz.comm.all_gather + hz.comm.reduce_scatter) + 40.0 * hz.comm.all_reduce;
+  EXPECT_NEAR(hz.comm_cost, hz_want, 1e-6 * hz_want + 64);
+  EXPECT_NEAR(ns.comm_cost, 8.0 * ns.comm.all_reduce, 1e-6 * ns.comm_cost + 16);
+  EXPECT_LT(ns.comm_cost, hz.comm_cost);
+  auto plans = train::plan_all(ps);
+  bool rc = true;
+  const int best = train::recommend(plans, int64_t(1) << 40, &rc);
+  ASSERT_GE(best, 0);
+  EXPECT_FALSE(fsdp::is_hybrid(plans[best].strategy)) << fsdp::to_string(plans[best].strategy);
+  // With the even split (W2 = 2 W = 16) hybrid_shard_zero2 is the cheaper (RecommendsTheCheapestThatFits).
+  ps.shared_link_weights.clear();
+  EXPECT_GT(train::plan_strategy(ps, fsdp::Strategy::NoShard).comm_cost,
+            train::plan_strategy(ps, fsdp::Strategy::HybridShardZero2).comm_cost);
+}
+
 TEST(MemoryPlan, ParsesSizes) {
   EXPECT_EQ(train::parse_bytes("80GiB", "x"), int64_t(80) << 30);
   EXPECT_EQ(train::parse_bytes("512MiB", "x"), int64_t(512) << 20);

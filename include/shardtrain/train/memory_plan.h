@@ -28,6 +28,10 @@ struct PlanSettings {
   int ranks_per_host = 1;           // hosts = ranks / ranks_per_host
   int shard_group_size = 0;         // hybrid strategies: 0 = ranks_per_host
   double inter_host_weight = 8;     // comm cost of one inter-host byte in intra-host bytes
+  // Measured cost of a ring edge's byte when e = 2, 3, ... ring edges leave one host at once
+  // ([e - 2]; `plan --inter-host-weight W,W2,...`): concurrent flows need not share a link
+  // fairly or fully. Past the list: inter_host_weight x e (the link's bandwidth split evenly).
+  std::vector<double> shared_link_weights;
   int threads = 1;                  // intra-op threads per rank (bf16/fp16 GEMM workspace is per thread)
 };
 
@@ -76,10 +80,15 @@ struct StrategyPlan {
   MemoryBreakdown mem_no_recompute;   // activation_checkpointing = false
   MemoryBreakdown mem_recompute;      // activation_checkpointing = true
   CommVolume comm;
-  // Sum over the collectives' ring families of bytes per rank x max(1, inter_host_weight x the
-  // family's ring edges on the busiest host's link): intra-host bytes of equal time.
+  // Sum over the collectives' ring families of bytes per rank x max(1, link_weight(the family's
+  // ring edges on the busiest host's link)): intra-host bytes of equal time.
   double comm_cost = 0;
 };
+
+// What one byte costs, in intra-host bytes, on a ring edge of a family whose rings put `edges`
+// edges on the busiest host's link at once: 0 edges 1 (no link), 1 edge inter_host_weight,
+// e >= 2 the measured shared_link_weights[e - 2], else inter_host_weight x e.
+double link_weight(const PlanSettings& s, int edges);
 
 StrategyPlan plan_strategy(const PlanSettings& s, fsdp::Strategy strategy);
 // All five strategies (hybrid ones only when the world has more than one shard group).
