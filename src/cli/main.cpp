@@ -7,6 +7,7 @@
 #include "command.h"
 #include "shardtrain/runtime/blas_kernel.h"
 #include "shardtrain/runtime/runtime.h"
+#include "shardtrain/train/setup.h"
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
       if (std::strcmp(command, "info") != 0) log::info(k.line());
       if (!k.accurate) log::warn("the BLAS kernel failed its fp64 check: " + k.line());
     }
+    train::register_model_choices();  // before any deck is read
     cli::CommandFn selected;
     for (auto& [name, add] : cli::registered_commands()) add(app, selected);
     try {

@@ -3,6 +3,7 @@
 
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/util/choices.h"
+#include "shardtrain/util/error.h"
 
 namespace shardtrain::deck {
 namespace {
@@ -75,9 +76,12 @@ std::vector<KeySpec> build_schema() {
         .at_least(0).at_most(65536).unit("entries"),
 
     // [model]
-    Str("model.arch", "gpt2", "model family").one_of({"gpt2", "llama", "vit"}),
-    Str("model.preset", "", "named size that fills the model keys this deck does not set; \"\" = none")
-        .one_of({"", "gpt2-124m", "gpt2-355m", "gpt2-774m", "gpt2-1.5b", "llama-7b", "vit-mnist"}),  // = model::preset_names()
+    // The allowed values of model.arch and model.preset are the model layer's (its architecture
+    // table and presets), which sits above this one: the program supplies them at start-up
+    // (set_choices, from train::register_model_choices); without that, any name reaches the model
+    // layer, which refuses an unknown one itself.
+    Str("model.arch", "gpt2", "model family"),
+    Str("model.preset", "", "named size that fills the model keys this deck does not set; \"\" = none"),
     Int("model.vocab_size", 50257, "vocabulary size (gpt2, llama)").at_least(1).at_most(2147483647).unit("tokens"),
     Int("model.seq_len", 1024, "context length (gpt2, llama)").at_least(1).at_most(1 << 20).unit("tokens"),
     Int("model.d_model", 768, "hidden size").at_least(1).at_most(1 << 17),
@@ -235,9 +239,20 @@ const std::vector<SectionSpec>& sections() {
   return s;
 }
 
-const std::vector<KeySpec>& schema() {
-  static const std::vector<KeySpec> s = build_schema();
+namespace {
+std::vector<KeySpec>& mutable_schema() {
+  static std::vector<KeySpec> s = build_schema();
   return s;
+}
+}  // namespace
+
+const std::vector<KeySpec>& schema() { return mutable_schema(); }
+
+void set_choices(const std::string& key, std::vector<std::string> choices) {
+  auto& s = mutable_schema();
+  auto it = std::find_if(s.begin(), s.end(), [&](const KeySpec& k) { return k.key == key; });
+  ST_CHECK(it != s.end() && it->type == Type::String, "set_choices: no string key '", key, "' in the schema");
+  it->choices = std::move(choices);
 }
 
 const KeySpec* find_key(const std::string& key) {

@@ -55,6 +55,13 @@ BatchPlan plan_batches(const deck::Deck& d, int dp_ranks) {
   return p;
 }
 
+void register_model_choices() {
+  deck::set_choices("model.arch", model::arch_names());
+  std::vector<std::string> presets = {""};
+  for (const std::string& p : model::preset_names()) presets.push_back(p);
+  deck::set_choices("model.preset", presets);
+}
+
 model::ModelSpec model_spec_from_deck(const deck::Deck& d) {
   model::ModelSpec s;
   const std::string preset = d.get_string("model.preset");

@@ -41,6 +41,14 @@ if(TARGET shardtrain)
   add_deck_user_error_test(e2e_deck_check_bad_vit_patch "vit: patch_size 5 does not tile image_size 28"
     deck check ${deck_good} --set model.arch=vit --set model.image_size=28 --set model.patch_size=5)
 
+  # docs/deck-reference.md is exactly what the program renders from the schema (the model
+  # layer's architectures and presets included). Regenerate with
+  # `<build>/bin/shardtrain deck reference -o docs/deck-reference.md`.
+  add_test(NAME e2e_deck_reference
+    COMMAND sh -c "\"$1\" deck reference -o \"$2\" && cmp \"$2\" \"$3\" || { echo \"FAIL: $3 is out of date: regenerate it with: shardtrain deck reference -o docs/deck-reference.md\"; exit 1; }"
+            sh $<TARGET_FILE:shardtrain> ${CMAKE_CURRENT_BINARY_DIR}/deck-reference.md ${PROJECT_SOURCE_DIR}/docs/deck-reference.md)
+  set_tests_properties(e2e_deck_reference PROPERTIES TIMEOUT 60 LABELS "e2e;deck"
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   add_test(NAME e2e_deck_check_good COMMAND shardtrain deck check ${deck_good} --set train.max_steps=7)
   set_tests_properties(e2e_deck_check_good PROPERTIES TIMEOUT 60 LABELS "e2e;deck"
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"

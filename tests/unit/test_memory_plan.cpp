@@ -267,8 +267,9 @@ TEST(MemoryPlan, CpuOffloadKeepsTheStateOutOfTheDevicePeak) {
   EXPECT_LT(off.mem.total, resident.mem.total);
 }
 
-// The deck layer lists model.arch's choices itself (below the model layer): exactly the model's.
+// The program hands the deck layer (below the model layer) the model's architectures and presets.
 TEST(DeckSetup, ArchChoicesAreTheModelArchitectures) {
+  train::register_model_choices();
   const deck::KeySpec* k = deck::find_key("model.arch");
   ASSERT_NE(k, nullptr);
   EXPECT_EQ(k->choices, model::arch_names());
@@ -277,6 +278,7 @@ TEST(DeckSetup, ArchChoicesAreTheModelArchitectures) {
 // The deck layer lists model.preset's choices itself (it sits below the model layer): they must
 // be exactly the model's presets, and each must resolve through the trainer's deck reading.
 TEST(DeckSetup, PresetChoicesAreTheModelPresets) {
+  train::register_model_choices();
   const deck::KeySpec* k = deck::find_key("model.preset");
   ASSERT_NE(k, nullptr);
   std::vector<std::string> choices;

@@ -47,6 +47,9 @@ const std::vector<SectionSpec>& sections();
 // All keys, in documentation order.
 const std::vector<KeySpec>& schema();
 const KeySpec* find_key(const std::string& key);
+// Gives a string key the allowed values a higher layer owns (model.arch: the model layer's
+// architectures). Call once at start-up, before any deck is read (not thread-safe).
+void set_choices(const std::string& key, std::vector<std::string> choices);
 
 class Deck {
  public:

@@ -24,6 +24,10 @@ BatchPlan plan_batches(const deck::Deck& d, int dp_ranks);
 
 // model.* keys over the preset (when model.preset is set, keys the deck sets override it).
 model::ModelSpec model_spec_from_deck(const deck::Deck& d);
+// Hands the deck schema the model layer's names: model.arch's allowed values are
+// model::arch_names(), model.preset's "" and model::preset_names(). The program calls it once
+// at start-up, so a new architecture is named only in src/model.
+void register_model_choices();
 // comm.timeout_s and comm.flight_recorder for every communicator of a job.
 comm::CommOptions comm_options_from_deck(const deck::Deck& d);
 fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::Model& m);
