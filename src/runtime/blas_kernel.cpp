@@ -91,12 +91,22 @@ std::string reexec(char** argv) {
   if (sigprocmask(SIG_BLOCK, &set, nullptr) == 0) setenv(kMasked, "1", 1);
   std::fflush(stdout);
   std::fflush(stderr);
-  execv("/proc/self/exe", argv);
+  // The binary's own path, not /proc/self/exe: the kernel names the new image after the file
+  // it was given, and tools that find ranks by name (pgrep, /proc/PID/comm, the cluster tests)
+  // must still see "shardtrain", not "exe".
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  const char* image = "/proc/self/exe";
+  if (n > 0) {
+    self[n] = '\0';
+    image = self;
+  }
+  execv(image, argv);
   const int err = errno;
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv(kState);
   unblock_if_we_blocked();
-  return std::string("re-exec of /proc/self/exe failed: ") + std::strerror(err);
+  return std::string("re-exec of ") + image + " failed: " + std::strerror(err);
 }
 
 void unblock_if_we_blocked() {
@@ -304,8 +314,22 @@ void select_blas_kernel(char** argv) {
   k.autodetected = k.core;
   const BlasPlan plan =
       plan_blas_selection(simulated ? nullptr : coretype, std::getenv(kSwitch), k.core, dynamic, cpu_isa());
+  const std::string sw = std::getenv(kSwitch) ? lower(std::getenv(kSwitch)) : "";
+  if (plan.reexec && !simulated && sw != "on" && sw != "1" && sw != "true" && sw != "yes") {
+    // The re-exec is opt-in for now: ranks that srun started and re-executed themselves
+    // crashed (SIGSEGV) in some runs on the two-node test cluster (cluster_slurm), cause not
+    // found; and the choice must not depend on the launcher (srun and mpirun ranks of one job
+    // must run the same kernel). The line names the better core to set.
+    k.decision = "autodetected";
+    k.reason = plan.reason + "; " + plan.core + " would be faster: export OPENBLAS_CORETYPE=" + plan.core +
+               " (or " + kSwitch + "=on)";
+    check_and_measure(k);
+    unblock_if_we_blocked();
+    return;
+  }
   if (plan.reexec) {
-    const double fallback = sgemm_gflops(512, 3);
+    // No BLAS call in this image before the re-exec (none is needed to decide).
+    const double fallback = 0;
     char g[32];
     std::snprintf(g, sizeof g, "%.2f", fallback);
     setenv("OPENBLAS_CORETYPE", plan.core.c_str(), 1);

@@ -26,7 +26,7 @@ struct BlasKernel {
   std::string decision;
   std::string reason;        // one sentence: why this kernel runs
   double gflops = 0;           // 512^3 sgemm on one thread, best of 3
-  double fallback_gflops = 0;  // the same for the autodetected core, before the switch ("selected")
+  double fallback_gflops = 0;  // the autodetected core's, before the switch: not measured (0; blas_kernel.cpp)
   double max_rel_error = 0;    // max |C - C_fp64| / sum_k |a_ik b_kj| of a 192^3 product
   double error_bound = 0;      // the bound any correct fp32 summation order meets (K u / (1 - K u))
   bool checked = false, accurate = true;
