@@ -26,16 +26,8 @@ T0=$SECONDS
 # A cluster of our own: name s<random>, a subnet from 198.18.140.0/24 up (cluster_train takes
 # theirs from .100 up, a person's default is .10); slurmctld and the slurmds listen in the nodes'
 # namespaces, so no port of this host (tests/slurm's one-node Slurm) is touched.
-export SHARDTRAIN_CLUSTER=s$((RANDOM % 10000))
-net=140
-while ip -o -4 addr show 2>/dev/null | grep -q " 198\.18\.$net\."; do net=$((net + 1)); done
-export SHARDTRAIN_CLUSTER_NET=$net
-set +e
-why=$("$CL/cluster.sh" check 2>&1)
-rc=$?
-set -e
-if [ $rc = 3 ]; then echo "SKIP: ${why#cluster: }"; exit $SKIP; fi
-[ $rc = 0 ] || fail "cluster.sh check exited $rc: $why"
+source "$CL/test_cluster.sh"
+own_test_cluster s 140
 if [ "$(id -u)" != 0 ]; then echo "SKIP: Slurm cannot be started here (slurmd must run as root)"; exit $SKIP; fi
 # A cluster (and its Slurm) left by a run of this test that was killed (ctest's timeout) goes first.
 for owner in /run/shardtrain-cluster/s*/owner; do
@@ -76,14 +68,14 @@ echo "$out"
 if [ $rc = 3 ]; then echo "SKIP: Slurm cannot be started here: ${out##*cluster-slurm: }"; exit $SKIP; fi
 [ $rc = 0 ] || fail "cluster-slurm.sh start exited $rc (4: packages missing, run scripts/setup)"
 export SLURM_CONF=$CLUSTER_SLURM_DIR/etc/slurm.conf
-note "cluster $SHARDTRAIN_CLUSTER ($N1, $N2 on 198.18.$net.0/24) and its Slurm up after $((SECONDS - T0)) s"
+note "cluster $SHARDTRAIN_CLUSTER ($N1, $N2 on 198.18.$SHARDTRAIN_CLUSTER_NET.0/24) and its Slurm up after $((SECONDS - T0)) s"
 on1() { "$SL" run "$@"; }   # a Slurm client command, on node 1
 
 make_dataset
 # The jobs inherit this environment (sbatch --export=ALL). Open MPI between the nodes: the
 # cluster's subnet only (as tests/cluster/mpirun-cluster sets it).
 export SHARDTRAIN_BIN=$ST OMPI_MCA_mpi_yield_when_idle=1 \
-  OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=198.18.$net.0/24 OMPI_MCA_oob_tcp_if_include=198.18.$net.0/24
+  OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=198.18.$SHARDTRAIN_CLUSTER_NET.0/24 OMPI_MCA_oob_tcp_if_include=198.18.$SHARDTRAIN_CLUSTER_NET.0/24
 unset SHARDTRAIN_HOME SHARDTRAIN_LAUNCHER SHARDTRAIN_LAUNCHER_ARGS SHARDTRAIN_REQUEUE SHARDTRAIN_MAX_RESTARTS SHARDTRAIN_SETS \
   SHARDTRAIN_SCRIPT_SETS SHARDTRAIN_DECK SHARDTRAIN_BIND SHARDTRAIN_THREADS SHARDTRAIN_NP SHARDTRAIN_RESUBMITS
 declare -A JOB

@@ -21,16 +21,8 @@ SKIP=77
 T0=$SECONDS
 
 # A cluster of our own: its name and subnet are not a person's default one (st, 198.18.10.0/24).
-export SHARDTRAIN_CLUSTER=t$((RANDOM % 10000))
-net=100
-while ip -o -4 addr show 2>/dev/null | grep -q " 198\.18\.$net\."; do net=$((net + 1)); done
-export SHARDTRAIN_CLUSTER_NET=$net
-set +e
-why=$("$CL/cluster.sh" check 2>&1)
-rc=$?
-set -e
-if [ $rc = 3 ]; then echo "SKIP: ${why#cluster: }"; exit $SKIP; fi
-[ $rc = 0 ] || fail "cluster.sh check exited $rc: $why"
+source "$CL/test_cluster.sh"
+own_test_cluster t 100
 # A cluster left by a run of this test that was killed (SIGKILL: ctest's timeout) is removed here:
 # test clusters record the test's pid in their state folder.
 for owner in /run/shardtrain-cluster/t*/owner; do
@@ -53,7 +45,7 @@ trap 'exit 143' TERM
 echo $$ > "/run/shardtrain-cluster/$SHARDTRAIN_CLUSTER/owner"
 mapfile -t HOSTS < <("$CL/cluster.sh" hosts)
 N1=${HOSTS[0]} N2=${HOSTS[1]}
-note "cluster $SHARDTRAIN_CLUSTER up: ${HOSTS[*]} on 198.18.$net.0/24 after $((SECONDS - T0)) s"
+note "cluster $SHARDTRAIN_CLUSTER up: ${HOSTS[*]} on 198.18.$SHARDTRAIN_CLUSTER_NET.0/24 after $((SECONDS - T0)) s"
 export OMPI_MCA_mpi_yield_when_idle=1
 
 COMMON=(--set model.dropout=0 --set train.max_steps=8)
