@@ -233,8 +233,12 @@ void Engine::Impl::reduce(Unit& u, size_t i) {
   FlatParam& fp = *u.flats[i];
   if (!u.full_grads[i].defined()) return;  // accumulated in place
   if (fp.shard_size() == 1) {
-    at::Tensor g = std::move(u.full_grads[i]);
-    accumulate(fp, g.scalar_type() == opts.mp.reduce_dtype ? g : g.to(opts.mp.reduce_dtype));
+    at::Tensor in;
+    {
+      at::Tensor g = std::move(u.full_grads[i]);  // the compute-dtype buffer goes once cast
+      in = g.scalar_type() == opts.mp.reduce_dtype ? g : g.to(opts.mp.reduce_dtype);
+    }
+    accumulate(fp, in);
     stats.live_grad_buffer_bytes -= fp.full_bytes();
     return;
   }
