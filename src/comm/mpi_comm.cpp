@@ -14,6 +14,7 @@
 #include "mpi_types.h"
 #include "ring_reduce_scatter.h"
 #include "serial_worker.h"
+#include "tree_reduce.h"
 #include "shardtrain/comm/comm.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
@@ -133,6 +134,25 @@ class MpiComm final : public Comm, public Watched {
     });
   }
 
+  WorkPtr reduce_scatter_tree(const at::Tensor& out, const at::Tensor& in) override {
+    validate_reduce_scatter(name_, size_, out, in, ReduceOp::Sum, {});
+    check_tree("reduce_scatter_tree");
+    if (in.numel() > 0 && is_overlapping(in, out))
+      throw_comm_error(name_, "reduce_scatter_tree", "out must not overlap in");
+    return issue("reduce_scatter_tree(sum)", in.numel(), in.scalar_type(), {out, in}, [=] {
+      tree_reduce_scatter(comm_, rank_, size_, in.data_ptr(), out.data_ptr(), out.numel(), in.scalar_type(), scratch_);
+    });
+  }
+
+  WorkPtr all_reduce_tree(const at::Tensor& t) override {
+    validate_all_reduce(name_, t, ReduceOp::Sum, {});
+    check_tree("all_reduce_tree");
+    if (t.scalar_type() == at::kLong) throw_comm_error(name_, "all_reduce_tree", "int64 sums are exact in any order: use all_reduce");
+    return issue("all_reduce_tree(sum)", t.numel(), t.scalar_type(), {t}, [=] {
+      tree_all_reduce(comm_, rank_, size_, t.data_ptr(), t.numel(), t.scalar_type(), scratch_);
+    });
+  }
+
   WorkPtr all_reduce(const at::Tensor& t, ReduceOp op) override {
     validate_all_reduce(name_, t, op, {});
     return issue(op_label("all_reduce", op), t.numel(), t.scalar_type(), {t}, [=] {
@@ -190,6 +210,11 @@ class MpiComm final : public Comm, public Watched {
   static bool is_overlapping(const at::Tensor& a, const at::Tensor& b) {
     auto pa = static_cast<const char*>(a.data_ptr()), pb = static_cast<const char*>(b.data_ptr());
     return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+  }
+
+  void check_tree(const char* op) const {
+    if (!is_power_of_two(size_))
+      throw_comm_error(name_, op, concat("a fixed-tree sum needs a power-of-two group, this one has ", size_, " ranks"));
   }
 
   template <typename T>

@@ -1,5 +1,5 @@
 # Comm layer tests: MPI backend collectives, errors, hybrid meshes, NCCL without a GPU.
-foreach(t collectives errors mesh nccl)
+foreach(t collectives errors mesh nccl tree)
   add_executable(test_comm_${t} ${CMAKE_CURRENT_LIST_DIR}/test_comm_${t}.cpp)
   target_link_libraries(test_comm_${t} PRIVATE shardtrain_mpi_gtest shardtrain::comm)
   shardtrain_torch_pch(test_comm_${t})
@@ -12,4 +12,6 @@ add_mpi_test(NAME comm_collectives TARGET test_comm_collectives NP 1 2 3 4 LABEL
 # ranks beside it); 3 ranks would only change the numbers in the messages.
 add_mpi_test(NAME comm_errors TARGET test_comm_errors NP 1 2 4 LABELS comm TIMEOUT 120)
 add_mpi_test(NAME comm_mesh TARGET test_comm_mesh NP 1 2 3 4 LABELS comm TIMEOUT 120)
+# Fixed-tree sums: the power-of-two sizes train.reproducible serves (3: refused).
+add_mpi_test(NAME comm_tree TARGET test_comm_tree NP 1 2 3 4 8 LABELS comm TIMEOUT 300)
 add_mpi_test(NAME comm_nccl TARGET test_comm_nccl NP 1 2 LABELS comm TIMEOUT 120)

@@ -69,6 +69,13 @@ class Comm {
   // one ncclGroupStart/End, so many small tensors cost one launch. The default (MPI) issues
   // them one by one, in order. One Work for all (seq: the last one's; 0 when empty).
   virtual WorkPtr all_reduce_coalesced(const std::vector<at::Tensor>& tensors, ReduceOp op);
+  // Sums in one fixed binary tree over the group's ranks (ranks 2i and 2i+1 first, then pairs
+  // of pairs): the result's bits depend only on the inputs and the group size, never on timing,
+  // the backend's ring order or an MPI library's algorithm (train.reproducible). The group size
+  // must be a power of two; out must not overlap in. The default refuses (a backend without
+  // them: a clear error, never a silent fallback to another order).
+  virtual WorkPtr reduce_scatter_tree(const at::Tensor& out, const at::Tensor& in);
+  virtual WorkPtr all_reduce_tree(const at::Tensor& tensor);
   virtual WorkPtr broadcast(const at::Tensor& tensor, int root) = 0;
   virtual WorkPtr barrier() = 0;
 
