@@ -41,6 +41,8 @@ IndexSampler::IndexSampler(std::int64_t num_items, const SamplerConfig& cfg) : n
   ST_USER_CHECK(cfg.global_batch % (static_cast<std::int64_t>(cfg.world) * cfg.micro_batches) == 0,
                 "global batch ", cfg.global_batch, " is not divisible by data-parallel ranks (", cfg.world,
                 ") x micro-batches (", cfg.micro_batches, ")");
+  ST_USER_CHECK(cfg.leaf_group >= 0 && (cfg.leaf_group == 0 || cfg.world % cfg.leaf_group == 0), "leaf group ",
+                cfg.leaf_group, " does not divide the data-parallel ranks (", cfg.world, ")");
   ST_USER_CHECK(n_ >= cfg.global_batch, "the dataset has ", n_, " samples, fewer than one global batch of ",
                 cfg.global_batch);
 }
@@ -86,7 +88,9 @@ std::vector<std::int64_t> IndexSampler::global_items(const SamplerCursor& c) con
 std::vector<std::int64_t> IndexSampler::local_items(const SamplerCursor& c, int micro) const {
   check(c);
   ST_CHECK(micro >= 0 && micro < cfg_.micro_batches, "micro-batch ", micro, " outside [0, ", cfg_.micro_batches, ")");
-  std::int64_t first = c.position + cfg_.rank * local_batch() + micro * micro_batch();
+  const std::int64_t m = cfg_.micro_batches, g = cfg_.leaf_group;
+  const std::int64_t leaf = g > 0 ? (cfg_.rank / g) * (m * g) + micro * g + cfg_.rank % g : cfg_.rank * m + micro;
+  std::int64_t first = c.position + leaf * micro_batch();
   std::vector<std::int64_t> out(micro_batch());
   for (std::int64_t i = 0; i < micro_batch(); ++i) out[i] = item_at(c.epoch, first + i);
   return out;

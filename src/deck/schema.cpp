@@ -150,6 +150,12 @@ std::vector<KeySpec> build_schema() {
         .at_least(0).at_most(int64_t{1} << 40).unit("samples"),
     Int("train.grad_accum", 0, "micro-batches per optimizer step; 0 = derived from global_batch (or 1)")
         .at_least(0).at_most(1 << 20).unit("micro-batches"),
+    Bool("train.reproducible", false,
+         "the same bits at every power-of-two world size and strategy, and across a resume at another one: the "
+         "global batch is split into train.global_batch / train.micro_batch leaves (a power of two, set "
+         "train.global_batch), whose gradients are summed in one fixed binary tree; the gradient norm is summed "
+         "exactly; dropout is keyed by the leaf; threads per rank default to 1. Needs comm.backend mpi and "
+         "fsdp.reduce_dtype fp32; see docs/reproducibility.md"),
     Int("train.val_every", 100, "validate every this many steps; 0 = never").at_least(0).unit("steps"),
     Int("train.val_batches", 10, "global batches of the validation split per evaluation (in order)").at_least(1).unit("batches"),
     Str("train.on_nonfinite", "stop",

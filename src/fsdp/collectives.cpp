@@ -12,17 +12,18 @@ comm::WorkPtr all_gather_flat(comm::Comm& shard, const FlatParam& fp, const at::
 }
 
 ReduceScatter reduce_scatter_grad(comm::Comm& shard, at::Tensor full_grad, at::ScalarType reduce_dtype,
-                                  int64_t shard_numel) {
+                                  int64_t shard_numel, bool tree) {
   ReduceScatter r;
   r.in = full_grad.scalar_type() == reduce_dtype ? full_grad : full_grad.to(reduce_dtype);
   full_grad = at::Tensor();  // the compute-dtype buffer goes as soon as it was cast
   r.out = at::empty({shard_numel}, r.in.options());
-  r.work = shard.reduce_scatter(r.out, r.in, comm::ReduceOp::Avg);
+  r.work = tree ? shard.reduce_scatter_tree(r.out, r.in) : shard.reduce_scatter(r.out, r.in, comm::ReduceOp::Avg);
   return r;
 }
 
 ReplicaAverage average_across_replicas(const std::vector<std::pair<comm::Comm*, FlatParam*>>& shards,
-                                       const std::function<at::Tensor(const FlatParam&)>& on_comm_device) {
+                                       const std::function<at::Tensor(const FlatParam&)>& on_comm_device,
+                                       bool tree) {
   ReplicaAverage a;
   std::vector<comm::Comm*> comms;
   for (const auto& [c, fp] : shards) {
@@ -36,8 +37,13 @@ ReplicaAverage average_across_replicas(const std::vector<std::pair<comm::Comm*, 
     a.owners[k].push_back(fp);
     a.tensors[k].push_back(on_comm_device(*fp));
   }
-  for (size_t k = 0; k < comms.size(); ++k)
-    a.works.push_back(comms[k]->all_reduce_coalesced(a.tensors[k], comm::ReduceOp::Avg));
+  for (size_t k = 0; k < comms.size(); ++k) {
+    if (!tree) {
+      a.works.push_back(comms[k]->all_reduce_coalesced(a.tensors[k], comm::ReduceOp::Avg));
+      continue;
+    }
+    for (const at::Tensor& t : a.tensors[k]) a.works.push_back(comms[k]->all_reduce_tree(t));
+  }
   return a;
 }
 

@@ -18,17 +18,19 @@ namespace shardtrain::fsdp {
 comm::WorkPtr all_gather_flat(comm::Comm& shard, const FlatParam& fp, const at::Tensor& mine);
 
 // Averages an unsharded gradient [padded] over the shard group into this rank's shard, in
-// `reduce_dtype` (cast first if the gradient is in another). The returned input and output stay
-// referenced until the work is retired.
+// `reduce_dtype` (cast first if the gradient is in another). With `tree` (train.reproducible)
+// it sums instead, in the fixed tree (Comm::reduce_scatter_tree). The returned input and output
+// stay referenced until the work is retired.
 struct ReduceScatter {
   comm::WorkPtr work;
   at::Tensor out, in;
 };
 ReduceScatter reduce_scatter_grad(comm::Comm& shard, at::Tensor full_grad, at::ScalarType reduce_dtype,
-                                  int64_t shard_numel);
+                                  int64_t shard_numel, bool tree = false);
 
 // Averages gradient shards across replicas: one coalesced all-reduce per communicator (NCCL:
-// one group call over all its shards). Each entry: the communicator (nullptr or size 1 = no
+// one group call over all its shards). With `tree` (train.reproducible) it sums instead, one
+// Comm::all_reduce_tree per shard. Each entry: the communicator (nullptr or size 1 = no
 // replicas: skipped) and the flat whose grad_shard is averaged in place. `on_comm_device`
 // gives the tensor a communicator reduces (the shard itself, or a device copy of a host shard).
 struct ReplicaAverage {
@@ -39,7 +41,8 @@ struct ReplicaAverage {
   void finish();
 };
 ReplicaAverage average_across_replicas(const std::vector<std::pair<comm::Comm*, FlatParam*>>& shards,
-                                       const std::function<at::Tensor(const FlatParam&)>& on_comm_device);
+                                       const std::function<at::Tensor(const FlatParam&)>& on_comm_device,
+                                       bool tree = false);
 
 // Sum of squares of a gradient shard in fp64, a chunk of kNormChunkElems at a time (a whole-
 // shard fp64 square would be 4x the shard's bytes: the peak of a no_shard step on the host).

@@ -11,6 +11,7 @@
 
 #include "collectives.h"
 #include "engine_impl.h"
+#include "exact_square_sum.h"
 #include "shardtrain/fsdp/forward_hook.h"
 #include "shardtrain/fsdp/wrap.h"
 #include "shardtrain/util/error.h"
@@ -73,6 +74,12 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
     if (up.is_ignored) {
       u->replicate = comms.world;  // kept whole on every rank, averaged like DDP
       u->reshard_after_backward = false;
+      if (opts.reproducible) {
+        // The same tree as every other flat: leaves summed over the shard group first (an
+        // all-reduce, the flat being whole), then over this rank's leaves, then replicas.
+        u->shard_rs = comms.shard_rs ? comms.shard_rs : comms.shard;
+        u->replicate = comms.replicate;
+      }
     } else {
       u->module = tree.modules[up.module].second;
       u->hookable = dynamic_cast<Hookable*>(u->module);
@@ -123,12 +130,43 @@ Engine::~Engine() {
 void Engine::set_last_micro_batch(bool last) { impl_->last_micro = last; }
 
 void Engine::zero_grad() {
+  impl_->leaf_sums.clear();
   for (auto& u : impl_->units)
     for (auto& fp : u->flats) fp->grad_shard().zero_();
 }
 
 double Engine::clip_grad_norm(double max_norm) {
   Impl::Scope scope(*impl_);
+  const double norm = impl_->opts.reproducible ? exact_grad_norm() : fast_grad_norm();
+  if (max_norm > 0) {
+    double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0)
+      for (auto& u : impl_->units)
+        for (auto& fp : u->flats) fp->grad_shard().mul_(coef);
+  }
+  return norm;
+}
+
+// train.reproducible: the sum of squares exactly (integers), so neither the split of the
+// flats into shards nor the order of the sums changes a bit of it.
+double Engine::exact_grad_norm() {
+  ExactSquareSum sharded, whole;
+  for (auto& u : impl_->units)
+    for (auto& fp : u->flats) {
+      const at::Tensor g = fp->grad_shard().to(at::kCPU).contiguous();
+      (u->is_ignored ? whole : sharded).add(g.data_ptr<float>(), g.numel());
+    }
+  if (impl_->comms.shard && impl_->comms.shard->size() > 1) {
+    std::vector<int64_t> w = sharded.words();
+    at::Tensor t = at::from_blob(w.data(), {static_cast<int64_t>(w.size())}, at::kLong).clone();
+    impl_->wait_timed(*impl_->comms.shard->all_reduce(t, comm::ReduceOp::Sum));
+    sharded = ExactSquareSum::from_words(t.data_ptr<int64_t>(), t.numel());
+  }
+  sharded.merge(whole);
+  return std::sqrt(sharded.value());
+}
+
+double Engine::fast_grad_norm() {
   // Sharded gradients: every element lives on exactly one rank of the shard group, so
   // sum squares over the shard group only (replicas hold copies: summing over them
   // too would count each element R times). Ignored parameters are whole everywhere.
@@ -144,14 +182,7 @@ double Engine::clip_grad_norm(double max_norm) {
     impl_->wait_timed(*impl_->comms.shard->all_reduce(t, comm::ReduceOp::Sum));
     sharded = t.item<double>();
   }
-  double norm = std::sqrt(sharded + whole);
-  if (max_norm > 0) {
-    double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0)
-      for (auto& u : impl_->units)
-        for (auto& fp : u->flats) fp->grad_shard().mul_(coef);
-  }
-  return norm;
+  return std::sqrt(sharded + whole);
 }
 
 std::vector<FlatParam*> Engine::flat_params() {

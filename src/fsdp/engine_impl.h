@@ -6,11 +6,13 @@
 
 #include <deque>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "shardtrain/comm/compute_stream.h"
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/fsdp/engine.h"
+#include "leaf_sum.h"
 #include "unit.h"
 
 namespace shardtrain::fsdp {
@@ -32,6 +34,8 @@ struct Engine::Impl {
   std::deque<FlatParam*> inflight;           // issued all-gathers not yet waited
   std::vector<PendingReduce> pending;        // reduce-scatters not yet retired, in issue order
   std::deque<PendingD2H> d2h;                // device->host gradient copies (cpu_offload)
+  // opts.reproducible: each flat's reduced leaf gradients of this step, summed in tree order.
+  std::unordered_map<const FlatParam*, LeafSum> leaf_sums;
   std::unique_ptr<DeviceRuntime> dev;
   MemoryStats stats;
 
@@ -71,6 +75,10 @@ struct Engine::Impl {
   void retire(PendingReduce& p);
   void retire_reductions(size_t keep);
   void accumulate(FlatParam& fp, const at::Tensor& reduced);
+  // Where a reduced gradient ends: added into the shard, or (reproducible) pushed as a leaf.
+  void absorb(FlatParam& fp, const at::Tensor& reduced);
+  // Reproducible, last micro-batch: each flat's leaf sum becomes its gradient shard.
+  void finish_leaf_sums();
   void drain_d2h(size_t keep);
   void begin_backward();
   at::Tensor on_comm_device(const FlatParam& fp, const at::Tensor& t) const;

@@ -6,13 +6,33 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <ATen/Context.h>
+#include <mutex>
+
 namespace shardtrain::fsdp {
 namespace {
+
+// The default generator's state of a device, read and written under its lock.
+at::Tensor generator_state(const c10::Device& d) {
+  at::Generator g = at::globalContext().defaultGenerator(d);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  return g.get_state();
+}
+void set_generator_state(const c10::Device& d, const at::Tensor& state) {
+  at::Generator g = at::globalContext().defaultGenerator(d);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  g.set_state(state);
+}
 
 struct RecomputeNode : torch::autograd::Node {
   UnitBody body;
   at::Tensor input;  // detached
   bool input_requires_grad = false;
+  // The generator as the first forward found it: the recomputation draws the same dropout
+  // masks (else backward differentiates a forward that never ran), and the generator's own
+  // sequence continues afterwards as if nothing had been redrawn.
+  c10::Device device = c10::kCPU;
+  at::Tensor rng_before;
 
   std::string name() const override { return "shardtrain::RecomputeBackward"; }
 
@@ -21,6 +41,13 @@ struct RecomputeNode : torch::autograd::Node {
     if (input_requires_grad) x.requires_grad_(true);
     at::Tensor out;
     {
+      const at::Tensor now = generator_state(device);
+      set_generator_state(device, rng_before);
+      struct Restore {
+        const c10::Device& d;
+        const at::Tensor& s;
+        ~Restore() { set_generator_state(d, s); }
+      } restore{device, now};
       torch::autograd::AutoGradMode enable(true);
       out = body(x);
     }
@@ -34,6 +61,8 @@ struct RecomputeNode : torch::autograd::Node {
 }  // namespace
 
 at::Tensor run_with_recompute(const at::Tensor& input, const UnitBody& body) {
+  const c10::Device device = input.device();
+  const at::Tensor rng_before = torch::autograd::GradMode::is_enabled() ? generator_state(device) : at::Tensor();
   at::Tensor out;
   {
     torch::autograd::AutoGradMode disable(false);
@@ -44,6 +73,8 @@ at::Tensor run_with_recompute(const at::Tensor& input, const UnitBody& body) {
   node->body = body;
   node->input = input.detach();
   node->input_requires_grad = input.requires_grad();
+  node->device = device;
+  node->rng_before = rng_before;
   node->set_next_edges(torch::autograd::collect_next_edges(input));
   torch::autograd::set_history(out, node);
   return out;

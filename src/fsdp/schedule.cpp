@@ -188,7 +188,7 @@ void Engine::Impl::prepare_grads(Unit& u) {
   for (size_t i = 0; i < u.flats.size(); ++i) {
     FlatParam& fp = *u.flats[i];
     at::Tensor buf;
-    if (fp.aliases_master()) {
+    if (fp.aliases_master() && !opts.reproducible) {
       buf = fp.grad_shard();  // local accumulation straight into the fp32 gradient
     } else {
       buf = at::zeros({fp.padded()}, fp.full().options());
@@ -238,12 +238,19 @@ void Engine::Impl::reduce(Unit& u, size_t i) {
       at::Tensor g = std::move(u.full_grads[i]);  // the compute-dtype buffer goes once cast
       in = g.scalar_type() == opts.mp.reduce_dtype ? g : g.to(opts.mp.reduce_dtype);
     }
+    if (opts.reproducible && u.shard_rs && u.shard_rs->size() > 1) {
+      // A whole flat (the ignored group) in a sharded strategy: its leaves' sum over the shard
+      // group, the same level of the tree the other flats' reduce-scatters are.
+      pending.push_back({&fp, u.shard_rs->all_reduce_tree(in), in, in});
+      retire_reductions(kMaxPendingReductions);
+      return;
+    }
     accumulate(fp, in);
     stats.live_grad_buffer_bytes -= fp.full_bytes();
     return;
   }
   ReduceScatter r = reduce_scatter_grad(u.shard_rs ? *u.shard_rs : *u.shard, std::move(u.full_grads[i]),
-                                        opts.mp.reduce_dtype, fp.shard_numel());
+                                        opts.mp.reduce_dtype, fp.shard_numel(), opts.reproducible);
   pending.push_back({&fp, std::move(r.work), std::move(r.out), std::move(r.in)});
   // Unsharded gradient buffers live until their reduce-scatter is retired: wait for the
   // oldest beyond a few, so backward holds a bounded number of them instead of the whole
@@ -272,7 +279,7 @@ void Engine::Impl::retire_reductions(size_t keep) {
 // offloaded, through a device->host copy on the side stream that drain_d2h() finishes.
 void Engine::Impl::accumulate(FlatParam& fp, const at::Tensor& reduced) {
   if (!fp.offloaded()) {
-    fp.grad_shard().add_(reduced);
+    absorb(fp, reduced);
     return;
   }
   PendingD2H d;
@@ -303,9 +310,31 @@ void Engine::Impl::drain_d2h(size_t keep) {
     double t0 = now_seconds();
     d.done->synchronize();
     stats.exposed_comm_seconds += now_seconds() - t0;
-    d.fp->grad_shard().add_(d.staging);
+    absorb(*d.fp, d.staging);
     d2h.pop_front();
   }
+}
+
+void Engine::Impl::absorb(FlatParam& fp, const at::Tensor& reduced) {
+  if (!opts.reproducible) {
+    fp.grad_shard().add_(reduced);
+    return;
+  }
+  // The reduced tensor is the engine's own (a reduce-scatter's output, a cast or the leaf's
+  // buffer): it becomes a partial sum without a copy.
+  leaf_sums[&fp].push(reduced.scalar_type() == at::kFloat ? reduced : reduced.to(at::kFloat));
+}
+
+void Engine::Impl::finish_leaf_sums() {
+  for (auto& u : units)
+    for (auto& fp : u->flats) {
+      LeafSum& ls = leaf_sums[fp.get()];
+      const int64_t leaves = ls.pushes();
+      at::Tensor total = ls.take();
+      ST_CHECK(total.defined(), "unit '", u->name, "': ", leaves,
+               " leaf gradients this step, not a power of two (train.reproducible's plan is checked at start-up)");
+      fp->grad_shard().copy_(total);
+    }
 }
 
 // The tensor itself when it already lives where the flat's collectives run (its `full`'s
@@ -326,11 +355,12 @@ void Engine::Impl::end_backward() {
     dev->record_on_side()->synchronize();
   }
   if (last_micro) {
+    if (opts.reproducible) finish_leaf_sums();
     std::vector<std::pair<comm::Comm*, FlatParam*>> shards;
     for (auto& u : units)
       for (auto& fp : u->flats) shards.emplace_back(u->replicate, fp.get());
-    ReplicaAverage avg =
-        average_across_replicas(shards, [this](const FlatParam& fp) { return on_comm_device(fp, fp.grad_shard()); });
+    ReplicaAverage avg = average_across_replicas(
+        shards, [this](const FlatParam& fp) { return on_comm_device(fp, fp.grad_shard()); }, opts.reproducible);
     for (auto& w : avg.works) wait_timed(*w);
     avg.finish();
   }

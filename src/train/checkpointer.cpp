@@ -19,7 +19,7 @@ Checkpointer::Checkpointer(ckpt::CheckpointManager& mgr, fsdp::Engine& engine, f
 
 void Checkpointer::save(const LoopPosition& pos, const std::string& why) {
   Timer save_timer;
-  const ckpt::TrainState st = make_train_state(pos, global_batch_, seed_, world_, device_);
+  const ckpt::TrainState st = make_train_state(pos, global_batch_, seed_, world_, device_, guarantee_);
   const std::string path = mgr_.save(pos.step, engine_, opt_, st, info_);
   schedule_.saved();
   if (path.empty()) return;  // refused (non-finite state; the manager said so)

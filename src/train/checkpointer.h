@@ -28,6 +28,8 @@ class Checkpointer {
   // is non-finite (train.on_nonfinite = "continue").
   bool finish(const LoopPosition& pos, bool save_final);
   int64_t last_saved() const { return last_saved_; }  // -1: none in this run
+  // train.reproducible's dependencies, stored in every checkpoint's /train (leaf_plan.h).
+  void record_guarantee(std::string json) { guarantee_ = std::move(json); }
 
  private:
   void save(const LoopPosition& pos, const std::string& why);
@@ -42,6 +44,7 @@ class Checkpointer {
   int64_t last_saved_;
   MPI_Comm world_;
   int rank_ = 0;
+  std::string guarantee_;
 };
 
 }  // namespace shardtrain::train

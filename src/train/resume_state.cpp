@@ -10,6 +10,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "leaf_plan.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
 #include "shardtrain/util/mpi_check.h"
@@ -107,8 +108,14 @@ void reseed(uint64_t seed, int rank, int64_t step, const c10::Device& device) {
 
 void seed_default_generator(uint64_t seed, int rank, const c10::Device& device) { reseed(seed, rank, 0, device); }
 
+void seed_leaf_generator(uint64_t seed, int64_t step, int64_t leaf, const c10::Device& device) {
+  at::Generator gen = default_generator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_current_seed(mix(mix(mix(seed) ^ 0x4C454146ull ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(leaf)));
+}
+
 ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch, uint64_t seed, MPI_Comm world,
-                                  const c10::Device& device) {
+                                  const c10::Device& device, const std::string& guarantee) {
   int size = 1;
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
   std::vector<uint8_t> mine = generator_state(device);
@@ -126,13 +133,14 @@ ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch,
   st.data_cursor.assign(c.begin(), c.end());
   nlohmann::json extra = {{"rng_generator", generator_name(device)}, {"rng_ranks", size}, {"rng_bytes_per_rank", bytes},
                           {"global_batch", global_batch}, {"seed", seed}};
+  if (!guarantee.empty()) extra["reproducible"] = nlohmann::json::parse(guarantee);
   st.extra_json = extra.dump();
   return st;
 }
 
 LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& path, int64_t global_batch,
                                uint64_t seed, int rank, int world_size, std::string& notes,
-                               const c10::Device& device) {
+                               const c10::Device& device, const std::string& guarantee) {
   ST_USER_CHECK(st.data_cursor.size() == 2, path, ": /train/data_cursor has ", st.data_cursor.size(),
                 " values, expected 2 (epoch, position)");
   ST_USER_CHECK(st.step >= 0 && st.tokens_seen >= 0, path, ": negative /train step or tokens_seen");
@@ -181,6 +189,13 @@ LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& pa
     else
       notes += "# RNG: checkpoint holds " + kind + " generator states, this run draws from " +
                generator_name(device) + ": reseeded from run.seed (only dropout differs)\n";
+  }
+  if (!guarantee.empty()) {
+    if (!extra.contains("reproducible") || !extra["reproducible"].is_object())
+      notes += "# note: train.reproducible: the checkpoint was written without it, so this run reproduces itself from "
+               "here on, not an uninterrupted reproducible run\n";
+    else
+      notes += guarantee_differences(extra["reproducible"], nlohmann::json::parse(guarantee));
   }
   const int64_t saved_batch = int_field("global_batch", global_batch);
   if (saved_batch != global_batch)

@@ -28,15 +28,24 @@ void seed_default_generator(uint64_t seed, int rank, const c10::Device& device =
 // Collective over world: every rank's generator state is gathered (ranks draw different
 // dropout masks, so one state would not resume them exactly); the result is the same on
 // every rank, as save_checkpoint requires.
+// `guarantee`: train.reproducible's dependencies as JSON (leaf_plan.h), stored as extra
+// "reproducible"; "" when the run is not reproducible.
 ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch, uint64_t seed, MPI_Comm world,
-                                  const c10::Device& device = c10::kCPU);
+                                  const c10::Device& device = c10::kCPU, const std::string& guarantee = "");
+
+// train.reproducible: before leaf `leaf` of step `step` (0-based: the step being computed), the
+// default generator is seeded from (run.seed, step, leaf) alone, so dropout draws the same masks
+// for the same samples at any world size.
+void seed_leaf_generator(uint64_t seed, int64_t step, int64_t leaf, const c10::Device& device);
 
 // No communication. Returns the position and restores this rank's generator: its own state
 // when the checkpoint was written by as many ranks on the same kind of device, otherwise a
 // reseed from (seed, rank, step) (only dropout can tell). `notes` gets lines worth printing
 // (rank 0 prints them). UserError (naming `path`) when the state is malformed.
+// `guarantee` (this run's, "" when not reproducible) is compared with the checkpoint's: each
+// difference is a warning line in `notes`.
 LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& path, int64_t global_batch,
                                uint64_t seed, int rank, int world_size, std::string& notes,
-                               const c10::Device& device = c10::kCPU);
+                               const c10::Device& device = c10::kCPU, const std::string& guarantee = "");
 
 }  // namespace shardtrain::train

@@ -86,6 +86,7 @@ fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::M
   o.mp.reduce_dtype = fsdp::parse_dtype(d.get_string("fsdp.reduce_dtype"));
   o.mp.buffer_dtype = fsdp::parse_dtype(d.get_string("fsdp.buffer_dtype"));
   o.mp.keep_fp32 = d.get_string_list("fsdp.keep_fp32");
+  o.reproducible = d.get_bool("train.reproducible");
   const std::string wrap = d.get_string("fsdp.wrap");
   if (wrap == "block") o.wrap_types = m.block_types();
   if (wrap == "size") o.min_num_params = d.get_int("fsdp.min_num_params");
@@ -252,6 +253,8 @@ void check_thread_keys(const deck::Deck& d) {
 int threads_per_rank(const deck::Deck& d, int local_size) {
   int64_t t = d.get_int("run.threads");
   if (t > 0) return static_cast<int>(t);
+  // A kernel may split its sums by thread: the count must not follow the ranks per host.
+  if (d.get_bool("train.reproducible")) return 1;
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   return std::max(1, cores / std::max(1, local_size));
 }

@@ -25,7 +25,8 @@ void StepLogger::after_step(int64_t step, int64_t tokens_seen, const StepResult&
   window_comm_ += s.comm_seconds;
   ++window_steps_;
   if (!(step % every_ == 0 || step == max_steps_ || step == 1 || !s.finite)) return;
-  last_loss_ = allreduce(s.local_loss, MPI_SUM, world_) / size_;
+  // A global loss is already the same bits on every rank; a sum over ranks would round.
+  last_loss_ = s.loss_is_global ? s.local_loss : allreduce(s.local_loss, MPI_SUM, world_) / size_;
   const double step_s = allreduce(window_s_ / window_steps_, MPI_MAX, world_);
   const double comm_s = allreduce(window_comm_ / window_steps_, MPI_MAX, world_);
   StepRecord r;

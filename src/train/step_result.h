@@ -5,7 +5,8 @@
 namespace shardtrain::train {
 
 struct StepResult {
-  double local_loss = 0;    // this rank's mean micro-batch loss (not yet reduced)
+  double local_loss = 0;    // this rank's mean micro-batch loss (not yet reduced), or, with
+  bool loss_is_global = false;  // this set (train.reproducible), the global batch's mean loss
   double grad_norm = 0;     // global, before clipping
   float lr = 0;
   bool finite = true;       // agreed on every rank: loss and gradient norm finite everywhere

@@ -15,6 +15,7 @@
 #include "data_source.h"
 #include "divergence.h"
 #include "fault_hook.h"
+#include "leaf_plan.h"
 #include "loop_settings.h"
 #include "resume_state.h"
 #include "save_schedule.h"
@@ -80,7 +81,8 @@ struct StartPoint {
 // from run.seed or checkpoint.init_from. Collective.
 StartPoint resume_or_start(const TrainerSettings& s, const RunDirs& run_dirs, ckpt::CheckpointManager& ckpts,
                            fsdp::Engine& engine, fsdp::ShardedOptimizer& optimizer, const DataSource& data,
-                           int64_t global_batch, const c10::Device& device, int rank, int size, MPI_Comm world) {
+                           int64_t global_batch, const c10::Device& device, int rank, int size, MPI_Comm world,
+                           const std::string& guarantee) {
   StartPoint sp;
   std::string notes;
   // A candidate whose loop state cannot be restored (data cursor, generator states) is
@@ -89,7 +91,8 @@ StartPoint resume_or_start(const TrainerSettings& s, const RunDirs& run_dirs, ck
     runtime::run_agreed(world, [&] {
       notes.clear();
       try {
-        sp.pos = apply_train_state(ckpt::read_train_state(path), path, global_batch, s.seed, rank, size, notes, device);
+        sp.pos = apply_train_state(ckpt::read_train_state(path), path, global_batch, s.seed, rank, size, notes, device,
+                                   guarantee);
         data.check_cursor(sp.pos.cursor);
       } catch (const UserError&) {
         throw;
@@ -171,9 +174,12 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   optim::LrSchedule schedule;
   fsdp::OptimizerConfig opt_cfg;
   TrainerSettings s;
+  LeafPlan leaves;
   std::string schedule_note;
   runtime::run_agreed(world, [&] {
-    plan = plan_batches(d, rt.size());
+    leaves = plan_leaves(d, rt.size(), rt.rank(), job.comms.shard ? job.comms.shard->size() : 1,
+                         job.comms.world && job.comms.world->backend() == comm::Backend::Nccl);
+    plan = plan_batches(d, rt.size());  // with leaves.on: leaves.per_rank micro-batches per rank
     check_fits_host_memory(d, spec, plan, world, device.is_cpu());  // huge seq_len / micro_batch: exit 2, not bad_alloc
     schedule = lr_schedule_from_deck(d, &schedule_note);
     opt_cfg = optimizer_config_from_deck(d);
@@ -206,6 +212,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   scfg.seed = s.seed;
   scfg.rank = rt.rank();
   scfg.world = rt.size();
+  scfg.leaf_group = leaves.on ? leaves.group : 0;
   std::unique_ptr<DataSource> data;
   DataKeys data_keys;
   if (d.is_set("data.tokenizer")) data_keys.tokenizer = d.get_string("data.tokenizer");
@@ -246,6 +253,11 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     std::printf("# batch: global %lld = micro %lld x accum %lld x %d ranks; %s\n",
                 static_cast<long long>(plan.global_batch), static_cast<long long>(plan.micro_batch),
                 static_cast<long long>(plan.grad_accum), plan.dp_ranks, data->describe().c_str());
+    if (leaves.on)
+      std::printf("# reproducible (train.reproducible): %lld leaves of %lld samples, %lld per rank, summed in one "
+                  "binary tree; %d thread%s per rank\n",
+                  static_cast<long long>(leaves.leaves), static_cast<long long>(plan.micro_batch),
+                  static_cast<long long>(leaves.per_rank), threads, threads == 1 ? "" : "s");
     std::printf("# %s; outputs in %s\n", peak.describe().c_str(), out_dir.c_str());
     if (!peak.warning().empty()) log::warn(peak.warning());
     std::fflush(stdout);
@@ -256,10 +268,12 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   save_opts.stuck_seconds = s.write_deadline_s;
   ckpt::CheckpointManager ckpts(s.ckpt_dir, s.keep_last, world, s.async, save_opts, run_dirs.run_id);
   const ckpt::CheckpointInfo info = checkpoint_info(job, d);
+  const std::string guarantee =
+      leaves.on ? reproducibility_guarantee(leaves, plan.micro_batch, threads, device.str()).dump() : std::string();
   // Writable checkpoint dir, a regular `latest`, room for one checkpoint: exit 2 now, not after training.
   ckpt::preflight(ckpts.dir(), engine, optimizer, info, world);
   const StartPoint start = resume_or_start(s, run_dirs, ckpts, engine, optimizer, *data, plan.global_batch, device,
-                                           rt.rank(), rt.size(), world);
+                                           rt.rank(), rt.size(), world, guarantee);
   LoopPosition pos = start.pos;
 
   // ---- the loop's components ----------------------------------------------------------
@@ -276,6 +290,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   TextSampler sampler(s, *net, device, start.resumed_step, world);
   Checkpointer checkpointer(ckpts, engine, optimizer, info, SaveSchedule(s.every_steps, s.every_minutes, rt.rank(), world),
                             plan.global_batch, s.seed, device, start.resumed_step, world);
+  checkpointer.record_guarantee(guarantee);
 
   // One optimizer step over the global batch at `pos`: forward/backward per micro-batch,
   // clipping, the agreed finiteness test, the update (unless the guard withholds it).
@@ -294,14 +309,28 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     runtime::run_agreed(world, [&] {
       for (int mb = 0; mb < plan.grad_accum; ++mb) batches[mb] = data->train_batch(at.cursor, mb);
     });
+    // Reproducible: each micro-batch is a leaf; its loss is scaled by 1 / leaves (the engine
+    // sums), its dropout keyed by the leaf, and the losses summed in leaf order.
+    const double scale = static_cast<double>(leaves.on ? leaves.leaves : plan.grad_accum);
+    std::vector<at::Tensor> leaf_losses;
     for (int mb = 0; mb < plan.grad_accum; ++mb) {
       engine.set_last_micro_batch(mb == plan.grad_accum - 1);
+      if (leaves.on) seed_leaf_generator(s.seed, at.step, leaves.leaf_of(mb), device);
       const Batch b = on_device(std::move(batches[mb]), device);
-      at::Tensor loss = net->loss(b.inputs, b.targets) / static_cast<double>(plan.grad_accum);
+      const at::Tensor mean = net->loss(b.inputs, b.targets);
+      at::Tensor loss = mean / scale;
       loss.backward();
-      loss_sum.add_(loss.detach().to(at::kDouble));
+      if (leaves.on) leaf_losses.push_back(mean.detach().to(at::kDouble));
+      else loss_sum.add_(loss.detach().to(at::kDouble));
     }
-    r.local_loss = loss_sum.item<double>();
+    if (leaves.on) {
+      const at::Tensor l = at::stack(leaf_losses).cpu();
+      r.local_loss = mean_over_leaves(std::vector<double>(l.data_ptr<double>(), l.data_ptr<double>() + l.numel()),
+                                      leaves, world);
+      r.loss_is_global = true;
+    } else {
+      r.local_loss = loss_sum.item<double>();
+    }
     fault_pause("mid_step", at.step + 1, rt.rank());
     r.grad_norm = engine.clip_grad_norm(s.grad_clip);
     // Decided by every rank together, before the update could carry NaN into the weights.

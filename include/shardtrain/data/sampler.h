@@ -28,6 +28,11 @@ struct SamplerConfig {
   std::uint64_t seed = 1234;
   bool shuffle = true;            // false: items in order (validation)
   int rank = 0, world = 1;        // data-parallel rank and size
+  // 0: rank r reads the r-th contiguous part of the global batch, micro-batch m the m-th part
+  // of that. G > 0 (train.reproducible, train/leaf_plan.h): the global batch is world x
+  // micro_batches leaves of micro_batch items, and rank r = g G + s reads at micro-batch m the
+  // leaf g (micro_batches G) + m G + s.
+  int leaf_group = 0;
 };
 
 // The index arithmetic shared by both samplers.

@@ -76,7 +76,8 @@ class Engine {
   void zero_grad();
   // Global L2 norm of the gradient over the whole model, correct across shards, replicas
   // and ignored parameters; scales gradients by min(1, max_norm/(norm+1e-6)) when
-  // max_norm > 0. Collective. Returns the norm before clipping.
+  // max_norm > 0. Collective. Returns the norm before clipping. Under opts.reproducible the
+  // sum of squares is exact, so the norm's bits do not depend on the sharding.
   double clip_grad_norm(double max_norm);
 
   // Every flat parameter this rank holds (units' in order, then the ignored group).
@@ -99,6 +100,8 @@ class Engine {
   struct Impl;
 
  private:
+  double exact_grad_norm();
+  double fast_grad_norm();
   std::unique_ptr<Impl> impl_;
   EngineOptions opts_;
 };

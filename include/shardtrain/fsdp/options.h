@@ -53,6 +53,13 @@ struct EngineOptions {
   // same flow (separate master and unsharded storages, staged gradients), with results equal to
   // the non-offloaded run's bit for bit.
   bool cpu_offload = false;
+  // train.reproducible (docs/reproducibility.md): every micro-batch is one leaf of a fixed
+  // binary tree over the global batch's leaves. Gradients are never accumulated in place; each
+  // leaf's gradient is reduce-scattered by reduce_scatter_tree, summed over this rank's leaves
+  // by a LeafSum, and across replicas by all_reduce_tree (Sum: the trainer scales the loss by
+  // 1 / leaves); the gradient norm is an exact sum. Needs power-of-two groups, fp32 reduction
+  // and a backend with tree collectives (MPI).
+  bool reproducible = false;
 };
 
 }  // namespace shardtrain::fsdp
