@@ -11,7 +11,7 @@
 
 #include "collectives.h"
 #include "engine_impl.h"
-#include "exact_square_sum.h"
+#include "shardtrain/fsdp/exact_square_sum.h"
 #include "shardtrain/fsdp/forward_hook.h"
 #include "shardtrain/fsdp/wrap.h"
 #include "shardtrain/util/error.h"

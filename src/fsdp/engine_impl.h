@@ -12,7 +12,7 @@
 #include "shardtrain/comm/compute_stream.h"
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/fsdp/engine.h"
-#include "leaf_sum.h"
+#include "shardtrain/fsdp/leaf_sum.h"
 #include "unit.h"
 
 namespace shardtrain::fsdp {

@@ -1,5 +1,5 @@
 // ExactSquareSum (see exact_square_sum.h).
-#include "exact_square_sum.h"
+#include "shardtrain/fsdp/exact_square_sum.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,5 +1,5 @@
 // plan_leaves and the reproducibility guarantee (see leaf_plan.h).
-#include "leaf_plan.h"
+#include "shardtrain/train/leaf_plan.h"
 
 #include <torch/version.h>
 

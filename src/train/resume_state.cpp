@@ -10,7 +10,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "leaf_plan.h"
+#include "shardtrain/train/leaf_plan.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
 #include "shardtrain/util/mpi_check.h"

@@ -15,7 +15,7 @@
 #include "data_source.h"
 #include "divergence.h"
 #include "fault_hook.h"
-#include "leaf_plan.h"
+#include "shardtrain/train/leaf_plan.h"
 #include "loop_settings.h"
 #include "resume_state.h"
 #include "save_schedule.h"
