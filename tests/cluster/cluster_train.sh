@@ -7,6 +7,7 @@
 #   resume full_shard's step-4 checkpoint (written at 2 x 2) resumes at 4 nodes x 1 rank (same
 #          continuation to the bit: same ranks, same shard group) and at 1 node x 2 ranks (within
 #          fp32 rounding: other reduction order)
+#   reproducible  train.reproducible: hybrid_shard at 2 nodes x 2 ranks gives a 1-rank run's bits
 #   kill   kill -9 of rank 3 (node 2) mid-step: the ranks on node 1 are gone within comm.timeout_s,
 #          and the job's report names rank 3 and its host (mpirun's: it ends the job at once)
 #   hang   rank 3 (node 2) stalls mid-step: after comm.timeout_s the watchdog of a rank on node 1
@@ -103,6 +104,18 @@ paste "$T/ref58.steps" "$T/R12.steps" | awk -v tol=1e-5 '
   function rel(a, b) { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; if (m < 1) m = 1; return d / m }
   { n++; if ($1 != $5 || rel($2, $6) > tol || rel($3, $7) > tol) { print "R12: step " $5 " loss " $6 " vs " $2; bad = 1 } }
   END { exit bad || n != 4 }' || fail "R12: steps 5-8 at 1 x 2 are not the 2 x 2 continuation within 1e-5"
+
+note "reproducible: hybrid_shard at 2 nodes x 2 ranks (real hosts, TCP between them) vs 1 rank, with dropout"
+REPRO=(--set train.reproducible=true --set train.max_steps=4 --set train.global_batch=8 --set train.micro_batch=2)
+ctrain_ok 2 4 "$T/P22" "${REPRO[@]}" --set parallel.strategy=hybrid_shard
+train_ok 1 "$T/P1" "${REPRO[@]}"
+step_table "$T/P22/metrics.jsonl" > "$T/P22.steps"
+step_table "$T/P1/metrics.jsonl" > "$T/P1.steps"
+[ "$(wc -l < "$T/P1.steps")" = 4 ] || fail "P1 logged $(wc -l < "$T/P1.steps") steps"
+diff "$T/P1.steps" "$T/P22.steps" || fail "reproducible: the 2 x 2 cluster run's steps differ from the 1-rank run's"
+for g in /model /optim; do
+  h5diff -q "$(ckpt_file "$T/P1" 4)" "$(ckpt_file "$T/P22" 4)" "$g" "$g" || fail "reproducible: $g differs between 1 rank and 2 x 2"
+done
 
 TIMEOUT_S=10
 note "kill: kill -9 of rank 3 on $N2 in step 3 (comm.timeout_s=$TIMEOUT_S)"
