@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "shardtrain/runtime/singleton_session.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 
@@ -13,6 +14,8 @@ Runtime::Runtime(int* argc, char*** argv) {
   int initialized = 0;
   ST_MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
+    // A singleton's session directory is its own (Open MPI shares one between singletons).
+    use_private_session_dir_if_singleton();
     int provided = 0;
     ST_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     owns_mpi_ = true;
@@ -38,6 +41,7 @@ Runtime::~Runtime() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
+    remove_private_session_dir();
   }
 }
 
@@ -47,6 +51,9 @@ void Runtime::abort(int code) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
+  // A singleton's abort ends only this process; its private session tree goes first (MPI_Abort
+  // and _Exit run no atexit handler).
+  remove_private_session_dir();
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }
