@@ -51,10 +51,10 @@ void Runtime::abort(int code) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  // A singleton's abort ends only this process; its private session tree goes first (MPI_Abort
-  // and _Exit run no atexit handler).
-  remove_private_session_dir();
+  // A singleton's private session directory stays behind an abort (MPI_Abort may still use it,
+  // and its orted does); the next singleton start on this host removes it (singleton_session.h).
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  remove_private_session_dir();  // MPI was never started: nothing uses it
   std::_Exit(code);
 }
 

@@ -21,8 +21,9 @@ bool launched_as_singleton();
 // "" when none.
 std::string use_private_session_dir_if_singleton();
 
-// Removes the directory made above (after MPI_Finalize, or before an abort); also registered
-// with atexit. Idempotent; a no-op when none was made.
+// Removes the directory made above (after MPI_Finalize; also registered with atexit). After an
+// MPI_Abort (which exits without atexit handlers) or a kill, the next singleton start on this
+// host removes it. Idempotent; a no-op when none was made.
 void remove_private_session_dir();
 
 }  // namespace shardtrain::runtime
