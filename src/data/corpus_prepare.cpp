@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -138,8 +139,10 @@ struct Counters {
 
 class Worker {
  public:
-  Worker(const PrepareArgs& a, const std::vector<CorpusSource>& s, const std::vector<Loaded>& l, Counters& c)
-      : a_(a), s_(s), l_(l), c_(c), tok_(make_tokenizer(a.tokenizer, a.data_dir)), eot_(tok_->eot_id()) {}
+  // `tok`: the rank's tokenizer; the worker's own shares its tables (read once per rank).
+  Worker(const PrepareArgs& a, const std::vector<CorpusSource>& s, const std::vector<Loaded>& l, Counters& c,
+         const Tokenizer& tok)
+      : a_(a), s_(s), l_(l), c_(c), tok_(tok.for_thread()), eot_(tok_->eot_id()) {}
 
   void run(const Task& t, TaskOut& o) {
     const Loaded& l = l_[t.loaded];
@@ -275,16 +278,29 @@ void write_at(const std::string& path, const std::string& bytes, std::int64_t of
   ST_MPI_CHECK(MPI_File_close(&fh));
 }
 
-std::uint64_t file_fnv(const CorpusSource& s) {
+// Stops early (the value is then unused) when `stop` is set.
+std::uint64_t file_fnv(const CorpusSource& s, const std::atomic<bool>& stop) {
   if (s.in_memory) return fnv1a64(s.text);
   Fd f(s.name);
   std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (std::int64_t at = 0;; at += 1 << 22) {
+  for (std::int64_t at = 0; !stop; at += 1 << 22) {
     const std::string b = f.pread_all(s.name, at, 1 << 22);
     if (b.empty()) break;
     h = fnv1a64(b, h);
   }
   return h;
+}
+
+// A barrier that sleeps instead of spinning: a rank done with its share (Open MPI's blocking
+// collectives busy-poll) leaves its core to the ranks and the checksum thread still working.
+void wait_quietly(MPI_Comm world) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  ST_MPI_CHECK(MPI_Ibarrier(world, &req));
+  for (int done = 0;;) {
+    ST_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 std::string mb(double bytes) {
@@ -305,14 +321,14 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
   PrepareArgs a = a0;
   if (!a.val_fraction_given) a.val_fraction = 0.05;
   std::vector<CorpusSource> sources;
-  std::unique_ptr<Tokenizer> probe;
+  std::unique_ptr<Tokenizer> tokenizer;  // the rank's; its threads share its tables
   agreed([&] {
     ST_USER_CHECK(!a.out_dir.empty(), "data prepare: give --out DIR");
     ST_USER_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "data prepare: --val-fraction must be in [0, 1) (a "
                   "fraction of each document held out for validation), got ", a.val_fraction);
     ST_USER_CHECK(a.threads >= 0 && a.threads <= 4096, "data prepare: --threads must be in [0, 4096], got ", a.threads);
     ST_USER_CHECK(!a.text_field.empty(), "data prepare: --text-field must not be empty");
-    probe = make_tokenizer(a.tokenizer, a.data_dir);
+    tokenizer = make_tokenizer(a.tokenizer, a.data_dir);
     sources = expand_corpus_sources(a.sources, a.data_dir);
     std::error_code ec;
     for (const auto& s : sources)
@@ -325,13 +341,37 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
   });
   if (a.threads == 0) a.threads = default_threads(world);
 
-  // ---- this rank's documents, tokenized on its threads ------------------------------
+  // ---- the checksums of this rank's sources (meta.json), on a thread of their own -----
+  // One rank reads each whole source a second time; overlapped with the tokenizers, it costs
+  // the rank no wall time where a core is free, and shares the cores where none is.
   Counters c;
+  const std::size_t ns = sources.size();
+  std::vector<std::uint64_t> hash(ns, 0), all_hash(ns, 0);
+  std::exception_ptr hash_error;
+  std::thread hasher([&] {
+    try {
+      for (std::size_t i = static_cast<std::size_t>(rank); i < ns && !c.stop; i += static_cast<std::size_t>(size))
+        hash[i] = file_fnv(sources[i], c.stop);
+    } catch (...) {
+      hash_error = std::current_exception();
+    }
+  });
+  struct Join {
+    std::thread& t;
+    Counters& c;
+    ~Join() {
+      if (!t.joinable()) return;
+      c.stop = true;  // only when leaving by an exception: the hash is not needed then
+      t.join();
+    }
+  } join_hasher{hasher, c};
+
+  // ---- this rank's documents, tokenized on its threads ------------------------------
   std::vector<Loaded> loaded;
   std::vector<Task> tasks;
   std::vector<TaskOut> outs;
   std::int64_t my_bytes = 0;
-  agreed([&] {
+  auto tokenize_share = [&] {
     for (const SourceRange& r : rank_ranges(sources, rank, size)) {
       loaded.push_back(load_range(sources[r.source], r));
       my_bytes += static_cast<std::int64_t>(loaded.back().text.size());
@@ -342,7 +382,7 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
     std::vector<std::string> start_errors(static_cast<std::size_t>(a.threads));
     auto work = [&](int id) {
       try {
-        Worker w(a, sources, loaded, c);
+        Worker w(a, sources, loaded, c, *tokenizer);
         for (std::size_t i; !c.stop && (i = next++) < tasks.size();) {
           try {
             w.run(tasks[i], outs[i]);
@@ -379,10 +419,22 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
       if (!e.empty()) throw UserError(e);
     for (const auto& o : outs)
       if (!o.error.empty()) throw UserError(o.error);
+  };
+  agreed([&] {
+    // Every rank reaches the quiet wait, failed or not, so none waits there alone.
+    std::exception_ptr failed;
+    try {
+      tokenize_share();
+    } catch (...) {
+      failed = std::current_exception();
+      c.stop = true;
+    }
+    hasher.join();
+    wait_quietly(world);
+    if (failed) std::rethrow_exception(failed);
   });
 
   // ---- counts, offsets, per-source statistics and checksums ---------------------------
-  const std::size_t ns = sources.size();
   std::vector<std::int64_t> stats(4 * ns, 0), all_stats(4 * ns, 0);  // train, val, docs, skipped
   std::int64_t mine[2] = {0, 0};
   std::string first_bad;
@@ -401,9 +453,8 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
   ST_MPI_CHECK(MPI_Exscan(mine, before, 2, MPI_INT64_T, MPI_SUM, world));
   if (rank == 0) before[0] = before[1] = 0;  // MPI_Exscan leaves rank 0's result undefined
   ST_MPI_CHECK(MPI_Allreduce(mine, total, 2, MPI_INT64_T, MPI_SUM, world));
-  std::vector<std::uint64_t> hash(ns, 0), all_hash(ns, 0);
   agreed([&] {
-    for (std::size_t i = static_cast<std::size_t>(rank); i < ns; i += static_cast<std::size_t>(size)) hash[i] = file_fnv(sources[i]);
+    if (hash_error) std::rethrow_exception(hash_error);
   });
   ST_MPI_CHECK(MPI_Allreduce(hash.data(), all_hash.data(), static_cast<int>(ns), MPI_UINT64_T, MPI_BOR, world));
   int bad_rank = first_bad.empty() ? size : rank, first_bad_rank = size;
@@ -416,10 +467,10 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
   }
 
   TokenDatasetMeta meta;
-  meta.tokenizer = probe->name();
-  meta.vocab_size = probe->vocab_size();
+  meta.tokenizer = tokenizer->name();
+  meta.vocab_size = tokenizer->vocab_size();
   meta.dtype = dtype_for_vocab(meta.vocab_size);
-  meta.eot_id = probe->eot_id();
+  meta.eot_id = tokenizer->eot_id();
   meta.val_fraction = a.val_fraction;
   meta.train_tokens = total[0];
   meta.val_tokens = total[1];

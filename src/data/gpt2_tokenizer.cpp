@@ -51,6 +51,11 @@ bool symbols_to_bytes(std::string_view s, std::string& out) {
 char32_t gpt2_byte_to_unicode(unsigned char b) { return byte_map().to_unicode[b]; }
 
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+  auto v = std::make_shared<Vocab>();
+  auto& id_to_bytes = v->id_to_bytes;
+  auto& byte_id = v->byte_id;
+  auto& merges = v->merges;
+  auto& eot_id = v->eot_id;
   // encoder.json: {"<symbols>": id, ...}
   std::string text = read_file(encoder_json_path, kMaxAuxFileBytes, "GPT-2 encoder.json");
   nlohmann::json j;
@@ -61,7 +66,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path, const std::st
     throw UserError("'" + encoder_json_path + "' is not valid JSON: " + e.what());
   }
   ST_USER_CHECK(j.is_object() && !j.empty(), "'", encoder_json_path, "' must be a JSON object of token -> id");
-  id_to_bytes_.assign(j.size(), std::string());
+  id_to_bytes.assign(j.size(), std::string());
   std::vector<bool> seen(j.size(), false);
   std::unordered_map<std::string, std::int32_t> bytes_to_id;
   bytes_to_id.reserve(j.size());
@@ -75,19 +80,19 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path, const std::st
     seen[id] = true;
     if (key == "<|endoftext|>") {
       // A special token: its text is not byte symbols; it decodes to its literal spelling.
-      eot_id_ = static_cast<std::int32_t>(id);
-      id_to_bytes_[id] = key;
+      eot_id = static_cast<std::int32_t>(id);
+      id_to_bytes[id] = key;
       continue;
     }
     ST_USER_CHECK(symbols_to_bytes(key, raw), "'", encoder_json_path, "': token '", key,
                   "' (id ", id, ") contains a character that is not a GPT-2 byte symbol");
-    id_to_bytes_[id] = raw;
+    id_to_bytes[id] = raw;
     bytes_to_id.emplace(raw, static_cast<std::int32_t>(id));
   }
   for (int b = 0; b < 256; ++b) {
     auto it = bytes_to_id.find(std::string(1, static_cast<char>(b)));
     ST_USER_CHECK(it != bytes_to_id.end(), "'", encoder_json_path, "' lacks the single-byte token for byte ", b);
-    byte_id_[b] = it->second;
+    byte_id[b] = it->second;
   }
 
   // vocab.bpe: a "#version" line, one merge "<left> <right>" per line, in rank order. Like
@@ -101,7 +106,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path, const std::st
     start = nl + 1;
   }
   ST_USER_CHECK(lines.size() >= 2, "'", vocab_bpe_path, "' has no merges");
-  merges_.reserve(lines.size());
+  merges.reserve(lines.size());
   std::string left, right;
   for (std::size_t i = 1; i + 1 < lines.size(); ++i) {
     std::string_view l = lines[i];
@@ -118,21 +123,26 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path, const std::st
                   vocab_bpe_path, "' line ", i + 1, ": merge '", l, "' uses or makes a token missing from '",
                   encoder_json_path, "'");
     // A repeated merge keeps its last rank, as dict(zip(merges, range(n))) does.
-    merges_.insert_or_assign(pair_key(li->second, ri->second),
+    merges.insert_or_assign(pair_key(li->second, ri->second),
                              Merge{static_cast<std::int32_t>(i - 1), mi->second});
   }
+  v_ = std::move(v);
+}
+
+std::unique_ptr<Tokenizer> Gpt2Tokenizer::for_thread() const {
+  return std::unique_ptr<Tokenizer>(new Gpt2Tokenizer(v_));
 }
 
 const std::string& Gpt2Tokenizer::token_bytes(std::int32_t id) const {
-  ST_USER_CHECK(id >= 0 && id < static_cast<std::int32_t>(id_to_bytes_.size()), "gpt2 tokenizer: id ", id,
-                " is outside [0, ", id_to_bytes_.size(), ")");
-  return id_to_bytes_[id];
+  ST_USER_CHECK(id >= 0 && id < static_cast<std::int32_t>(v_->id_to_bytes.size()), "gpt2 tokenizer: id ", id,
+                " is outside [0, ", v_->id_to_bytes.size(), ")");
+  return v_->id_to_bytes[id];
 }
 
 void Gpt2Tokenizer::bpe_chunk(std::string_view chunk, std::vector<std::int32_t>& out) {
   auto& w = work_;
   w.clear();
-  for (unsigned char c : chunk) w.push_back(byte_id_[c]);
+  for (unsigned char c : chunk) w.push_back(v_->byte_id[c]);
   if (w.size() > 1) {
     auto hit = cache_.find(std::string(chunk));
     if (hit != cache_.end()) {
@@ -144,8 +154,8 @@ void Gpt2Tokenizer::bpe_chunk(std::string_view chunk, std::vector<std::int32_t>&
       std::int32_t best_rank = std::numeric_limits<std::int32_t>::max(), best_merged = -1;
       std::int32_t first = -1, second = -1;
       for (std::size_t i = 0; i + 1 < w.size(); ++i) {
-        auto it = merges_.find(pair_key(w[i], w[i + 1]));
-        if (it != merges_.end() && it->second.rank < best_rank) {
+        auto it = v_->merges.find(pair_key(w[i], w[i + 1]));
+        if (it != v_->merges.end() && it->second.rank < best_rank) {
           best_rank = it->second.rank;
           best_merged = it->second.merged;
           first = w[i];
@@ -183,9 +193,9 @@ std::vector<std::int32_t> Gpt2Tokenizer::encode(std::string_view text) {
 std::string Gpt2Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
   std::string s;
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    ST_USER_CHECK(ids[i] >= 0 && ids[i] < static_cast<std::int32_t>(id_to_bytes_.size()), "gpt2 tokenizer: id ",
-                  ids[i], " at position ", i, " is outside [0, ", id_to_bytes_.size(), ")");
-    s += id_to_bytes_[ids[i]];
+    ST_USER_CHECK(ids[i] >= 0 && ids[i] < static_cast<std::int32_t>(v_->id_to_bytes.size()), "gpt2 tokenizer: id ",
+                  ids[i], " at position ", i, " is outside [0, ", v_->id_to_bytes.size(), ")");
+    s += v_->id_to_bytes[ids[i]];
   }
   return s;
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "shardtrain/runtime/singleton_session.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 
@@ -13,6 +14,8 @@ Runtime::Runtime(int* argc, char*** argv) {
   int initialized = 0;
   ST_MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
+    // A singleton's session directory is its own (Open MPI shares one between singletons).
+    use_private_session_dir_if_singleton();
     int provided = 0;
     ST_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     owns_mpi_ = true;
@@ -38,6 +41,7 @@ Runtime::~Runtime() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
+    remove_private_session_dir();
   }
 }
 
@@ -47,7 +51,10 @@ void Runtime::abort(int code) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
+  // A singleton's private session directory stays behind an abort (MPI_Abort may still use it,
+  // and its orted does); the next singleton start on this host removes it (singleton_session.h).
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  remove_private_session_dir();  // MPI was never started: nothing uses it
   std::_Exit(code);
 }
 

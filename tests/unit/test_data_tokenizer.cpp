@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "shardtrain/data/austen.h"
 #include "shardtrain/data/byte_tokenizer.h"
@@ -121,6 +122,39 @@ TEST(Gpt2Tokenizer, KnownIds) {
   EXPECT_EQ(tok->encode("\n\n"), (std::vector<std::int32_t>{628}));
   EXPECT_EQ(tok->decode({15496, 995, 50256}), "Hello world<|endoftext|>");
   EXPECT_THROW(tok->decode({50257}), UserError);
+}
+
+// for_thread(): same ids, from the same tables (not read again), with a cache of its own; the
+// copies run on threads at once and outlive the tokenizer they came from.
+TEST(Gpt2Tokenizer, ForThreadSharesTablesAndEncodesTheSameOnThreads) {
+  auto tok = gpt2_or_skip();
+  std::string rdx = austen_rdx_path(default_data_dir());
+  if (!tok || !file_exists(rdx)) GTEST_SKIP() << "GPT-2 files or janeaustenr absent: run scripts/fetch-data";
+  std::string text;
+  for (auto& d : read_austen(rdx)) {
+    text += d.text;
+    if (text.size() > (1u << 20)) break;
+  }
+  const auto want = tok->encode(text);
+  auto& g = dynamic_cast<Gpt2Tokenizer&>(*tok);
+  std::vector<std::unique_ptr<Tokenizer>> copies;
+  for (int i = 0; i < 3; ++i) copies.push_back(tok->for_thread());
+  for (auto& c : copies) {
+    auto& cg = dynamic_cast<Gpt2Tokenizer&>(*c);
+    EXPECT_EQ(&cg.token_bytes(262), &g.token_bytes(262)) << "the copy read its own tables";
+    EXPECT_EQ(cg.num_merges(), g.num_merges());
+    EXPECT_EQ(c->vocab_size(), tok->vocab_size());
+    EXPECT_EQ(c->eot_id(), tok->eot_id());
+  }
+  tok.reset();  // the copies keep the tables alive
+  std::vector<std::vector<std::int32_t>> got(copies.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < copies.size(); ++i)
+    threads.emplace_back([&, i] { got[i] = copies[i]->encode(text); });
+  for (auto& t : threads) t.join();
+  for (const auto& ids : got) EXPECT_EQ(ids, want);
+  ByteTokenizer bt;
+  EXPECT_EQ(bt.for_thread()->encode("\x01z"), bt.encode("\x01z"));
 }
 
 TEST(Gpt2Tokenizer, MalformedFilesAreUserErrors) {

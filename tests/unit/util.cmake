@@ -9,3 +9,10 @@ add_unit_test(NAME test_blas_kernel SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blas_
 target_compile_definitions(test_blas_kernel PRIVATE BLAS_DRIVER="$<TARGET_FILE:blas_kernel_driver>"
                                                     MPIEXEC="${MPIEXEC_EXECUTABLE}")
 add_dependencies(test_blas_kernel blas_kernel_driver)
+
+# A private Open MPI session directory per singleton (runtime/singleton_session.h), down to a
+# real isolated singleton MPI_Init.
+add_unit_test(NAME test_singleton_session SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_singleton_session.cpp
+  LIBS shardtrain::runtime LABELS "mpi_start" TIMEOUT 60)
+set_tests_properties(test_singleton_session PROPERTIES
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_ess_singleton_isolated=1")

@@ -6,6 +6,7 @@ namespace shardtrain::data {
 
 class ByteTokenizer final : public Tokenizer {
  public:
+  std::unique_ptr<Tokenizer> for_thread() const override { return std::make_unique<ByteTokenizer>(); }
   std::vector<std::int32_t> encode(std::string_view text) override;
   void encode_append(std::string_view text, std::vector<std::int32_t>& out) override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;

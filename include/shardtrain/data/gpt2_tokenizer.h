@@ -1,6 +1,7 @@
 // GPT-2 byte-level BPE tokenizer (encoder.json + vocab.bpe), compatible id for id with
 // OpenAI's encoder.py and npm gpt-3-encoder.
 #pragma once
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,14 +19,15 @@ class Gpt2Tokenizer final : public Tokenizer {
   // Reads both files; malformed content is a UserError naming the file (and line for vocab.bpe).
   Gpt2Tokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
 
+  std::unique_ptr<Tokenizer> for_thread() const override;
   std::vector<std::int32_t> encode(std::string_view text) override;
   void encode_append(std::string_view text, std::vector<std::int32_t>& out) override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
-  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(id_to_bytes_.size()); }
+  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(v_->id_to_bytes.size()); }
   std::string name() const override { return "gpt2"; }
-  std::int32_t eot_id() const override { return eot_id_; }
+  std::int32_t eot_id() const override { return v_->eot_id; }
 
-  std::size_t num_merges() const { return merges_.size(); }
+  std::size_t num_merges() const { return v_->merges.size(); }
   // Raw bytes of one token (for inspection and tests).
   const std::string& token_bytes(std::int32_t id) const;
 
@@ -40,10 +42,15 @@ class Gpt2Tokenizer final : public Tokenizer {
   // BPE of one pre-token chunk (raw bytes), appended to out; cached per chunk.
   void bpe_chunk(std::string_view chunk, std::vector<std::int32_t>& out);
 
-  std::vector<std::string> id_to_bytes_;              // token id -> raw bytes
-  std::int32_t byte_id_[256];                         // single-byte token ids
-  std::unordered_map<std::uint64_t, Merge> merges_;   // (left id, right id) -> rank, result
-  std::int32_t eot_id_ = -1;
+  // What the two files define; read-only once built, shared by for_thread() copies.
+  struct Vocab {
+    std::vector<std::string> id_to_bytes;              // token id -> raw bytes
+    std::int32_t byte_id[256];                         // single-byte token ids
+    std::unordered_map<std::uint64_t, Merge> merges;   // (left id, right id) -> rank, result
+    std::int32_t eot_id = -1;
+  };
+  explicit Gpt2Tokenizer(std::shared_ptr<const Vocab> v) : v_(std::move(v)) {}
+  std::shared_ptr<const Vocab> v_;
   // Chunk -> ids. Bounded: cleared when it grows past kMaxCache entries.
   std::unordered_map<std::string, std::vector<std::int32_t>> cache_;
   static constexpr std::size_t kMaxCache = 1 << 20;

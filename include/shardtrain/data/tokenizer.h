@@ -8,10 +8,13 @@
 
 namespace shardtrain::data {
 
-// Not thread-safe: implementations may cache (one tokenizer per thread).
+// Not thread-safe: implementations may cache (one tokenizer per thread; for_thread() makes one).
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
+  // Another tokenizer with the same vocabulary, for another thread: it shares this one's
+  // read-only tables (nothing is read or parsed again) and has its own cache.
+  virtual std::unique_ptr<Tokenizer> for_thread() const = 0;
   virtual std::vector<std::int32_t> encode(std::string_view text) = 0;
   // Appends the ids of `text` to `out` (avoids a copy per document).
   virtual void encode_append(std::string_view text, std::vector<std::int32_t>& out) = 0;
