@@ -79,7 +79,7 @@ int child(const std::vector<Shape>& ss) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  runtime::select_blas_kernel(argv);
+  runtime::select_blas_kernel();
   int threads = 1;
   int64_t d = 384, tokens = 512, vocab = 50257;
   bool lm_head = false, is_child = false;
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   std::map<std::string, double> autodet;
   std::string auto_core = k.autodetected.empty() ? k.core : k.autodetected;
   {
-    std::string cmd = "env -u OPENBLAS_CORETYPE -u SHARDTRAIN_BLAS_STATE SHARDTRAIN_BLAS_SELECT=off /proc/" +
+    std::string cmd = "env -u OPENBLAS_CORETYPE SHARDTRAIN_BLAS_SELECT=off /proc/" +
                       std::to_string(getpid()) + "/exe --child --threads " + std::to_string(threads) + " --d " +
                       std::to_string(d) + " --tokens " + std::to_string(tokens) + " --min-seconds " +
                       std::to_string(min_seconds) + (lm_head ? " --lm-head" : "");

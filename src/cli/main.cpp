@@ -28,11 +28,11 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "train") == 0) train::install_stop_signal_handlers();
   }
   // The commands that compute run on the best GEMM kernel the CPU has: before MPI_Init and the
-  // first BLAS call, this may re-exec the binary with OPENBLAS_CORETYPE set (blas_kernel.h).
+  // first BLAS call, this may switch OpenBLAS to a better core (blas_kernel.h).
   bool computes = false;
   for (const char* c : {"train", "maxbatch", "bench", "info"}) computes = computes || std::strcmp(command, c) == 0;
   computes = computes || (std::strcmp(command, "plan") == 0 && measure);
-  if (computes) runtime::select_blas_kernel(argv);
+  if (computes) runtime::select_blas_kernel();
   try {
     runtime::Runtime rt(&argc, &argv);
     CLI::App app{"shardtrain: fully sharded data-parallel training (FSDP / ZeRO-3, hybrid "
