@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "command.h"
@@ -11,8 +12,19 @@
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
+#include "shardtrain/util/mpi_check.h"
 
 using namespace shardtrain;
+
+namespace {
+// Creates $SHARDTRAIN_READY_FILE on rank 0 after a barrier of all ranks. Best effort: a file
+// that cannot be written only makes the job script wait its SHARDTRAIN_READY_WAIT.
+void announce_ready(const runtime::Runtime& rt) {
+  ST_MPI_CHECK(MPI_Barrier(rt.world()));
+  if (rt.rank() != 0) return;
+  if (std::FILE* f = std::fopen(std::getenv("SHARDTRAIN_READY_FILE"), "w")) std::fclose(f);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   int code = kExitOk;
@@ -39,6 +51,9 @@ int main(int argc, char** argv) {
                  "sharding) as an MPI job"};
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("shardtrain ") + SHARDTRAIN_VERSION);
+    // `train` under jobscripts/run-training.sh: every rank is in MPI, so every rank's stop
+    // handler is installed; rank 0 says so (the script holds a stop signal until then).
+    if (std::strcmp(command, "train") == 0 && std::getenv("SHARDTRAIN_READY_FILE")) announce_ready(rt);
     if (computes) {
       const runtime::BlasKernel& k = runtime::blas_kernel();
       if (std::strcmp(command, "info") != 0) log::info(k.line());
