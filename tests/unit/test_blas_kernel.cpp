@@ -204,7 +204,9 @@ TEST(BlasProcess, TheSwitchComputesTheBitsOfTheExportedCore) {
   EXPECT_EQ(sw["sgemm_bits"], ex["sgemm_bits"]);
   EXPECT_EQ(sw["torch_bits"], ex["torch_bits"]);
   Kv dflt = run_driver("");  // the default process runs the same kernel set (selected or autodetected)
-  if (dflt["running"] == sw["running"]) EXPECT_EQ(dflt["sgemm_bits"], sw["sgemm_bits"]);
+  if (dflt["running"] == sw["running"]) {
+    EXPECT_EQ(dflt["sgemm_bits"], sw["sgemm_bits"]);
+  }
   // The comparison is real: Prescott's kernels sum in another order and give other bits.
   Kv pr = run_driver("OPENBLAS_CORETYPE=Prescott");
   EXPECT_EQ(pr["running"], "Prescott");
