@@ -30,6 +30,8 @@
 #   SHARDTRAIN_REQUEUE        requeue (default: `scontrol requeue`, resubmission if that fails)
 #                             | resubmit (`sbatch --dependency=afterany:<this job>`) | none
 #   SHARDTRAIN_MAX_RESTARTS   give up (exit 42, job FAILED) after this many restarts (default 10)
+#   SHARDTRAIN_READY_WAIT     seconds a stop signal that comes while the ranks start is held at most
+#                             (default 300; see "held" below and docs/jobscripts.md)
 # Exit code: the program's (0, 42 when not requeued, 1, 2, 3, 4, 5, 128+signal), 0 after a requeue
 # or a resubmission; 2 when this script's own input is wrong.
 set -uo pipefail
@@ -114,11 +116,35 @@ fi
 say "in $PWD: ${cmd[*]}"
 t0=$SECONDS
 stop_signal=""
+# Until every rank has installed its stop handler (first thing in main, but a rank spends its
+# first seconds loading libraries), a SIGUSR1 would kill it. Slurm may send the --signal warning
+# up to 60 s early, that is during start-up: such a signal is held until rank 0 has written this
+# file (after all ranks are in MPI; src/cli/main.cpp), or for at most SHARDTRAIN_READY_WAIT seconds.
+ready=$PWD/.shardtrain-ready.$$.$RANDOM
+export SHARDTRAIN_READY_FILE=$ready
+ready_wait=${SHARDTRAIN_READY_WAIT:-300}
+held=""
 on_signal() {
   # The first one counts; a second (e.g. the time limit's SIGTERM after our SIGUSR1) is passed on too.
   [ -z "$stop_signal" ] && stop_signal=$1
+  if [ ! -e "$ready" ] && [ $((SECONDS - t0)) -lt "$ready_wait" ]; then
+    say "$1 received at $(date '+%T') while the ranks start: held until they are up"
+    held=$1
+    return
+  fi
   say "$1 received at $(date '+%T'): asking shardtrain to checkpoint and stop (SIGUSR1 to $launcher)"
   kill -USR1 "$child" 2>/dev/null || true
+}
+release_held() {  # passes a held signal on once the ranks are up (or the wait is over)
+  while [ -n "$held" ] && kill -0 "$child" 2>/dev/null; do
+    if [ -e "$ready" ] || [ $((SECONDS - t0)) -ge "$ready_wait" ]; then
+      say "passing the held $held on at $(date '+%T') (SIGUSR1 to $launcher)"
+      held=""
+      kill -USR1 "$child" 2>/dev/null || true
+      return
+    fi
+    sleep 0.2
+  done
 }
 if [ $in_slurm = 0 ] && command -v setsid >/dev/null; then
   # Its own session: a Ctrl-C in the terminal reaches this script only (which passes SIGUSR1 on),
@@ -132,6 +158,7 @@ trap 'on_signal SIGUSR1' USR1
 trap 'on_signal SIGTERM' TERM
 trap 'on_signal SIGINT' INT
 while :; do
+  release_held
   wait "$child"
   rc=$?
   # `wait` returns 128+n when a trapped signal interrupts it; the launcher then still runs.
@@ -139,6 +166,7 @@ while :; do
   break
 done
 trap - USR1 TERM INT
+rm -f "$ready"
 took=$((SECONDS - t0))
 
 # ---- the exit code ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/model/bf16_gemm.h"
 #include "shardtrain/runtime/blas_kernel.h"
 #include "shardtrain/util/cpu_isa.h"
 
@@ -79,7 +80,7 @@ int child(const std::vector<Shape>& ss) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  runtime::select_blas_kernel(argv);
+  runtime::select_blas_kernel();
   int threads = 1;
   int64_t d = 384, tokens = 512, vocab = 50257;
   bool lm_head = false, is_child = false;
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
   std::map<std::string, double> autodet;
   std::string auto_core = k.autodetected.empty() ? k.core : k.autodetected;
   {
-    std::string cmd = "env -u OPENBLAS_CORETYPE -u SHARDTRAIN_BLAS_STATE SHARDTRAIN_BLAS_SELECT=off /proc/" +
+    std::string cmd = "env -u OPENBLAS_CORETYPE SHARDTRAIN_BLAS_SELECT=off /proc/" +
                       std::to_string(getpid()) + "/exe --child --threads " + std::to_string(threads) + " --d " +
                       std::to_string(d) + " --tokens " + std::to_string(tokens) + " --min-seconds " +
                       std::to_string(min_seconds) + (lm_head ? " --lm-head" : "");
@@ -177,5 +178,12 @@ int main(int argc, char** argv) {
               g[3], g[4], g[5], g[0] > 0 ? g[1] / g[0] : 0, g[1] / best32, best16 / best32);
   std::printf("| theoretical peak | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | | %.2f of peak | |\n", peak32, peak32,
               peak32, peak16, peak16, peak16, g[1] / peak32);
+  // The trainer's start-up choice (fsdp.bf16_gemm = auto): its two paths through the model's
+  // linear layer, forward + dX + dW with autograd, at the reference layer (train/bf16_choice.cpp).
+  const double nat = model::bf16_gemm_gflops(model::Bf16Gemm::Native, 512, 384, 1536, 5);
+  const double f32 = model::bf16_gemm_gflops(model::Bf16Gemm::Fp32Operands, 512, 384, 1536, 5);
+  std::printf("\n# fsdp.bf16_gemm candidates (model::linear, 512 tokens, 384 -> 1536, forward + dX + dW): "
+              "libtorch bf16 %.1f GFLOP/s, fp32 on bf16 operands %.1f GFLOP/s -> auto picks %s\n",
+              nat, f32, f32 >= 1.2 * nat ? "fp32" : "bf16");
   return 0;
 }

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "command.h"
@@ -11,8 +12,19 @@
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
+#include "shardtrain/util/mpi_check.h"
 
 using namespace shardtrain;
+
+namespace {
+// Creates $SHARDTRAIN_READY_FILE on rank 0 after a barrier of all ranks. Best effort: a file
+// that cannot be written only makes the job script wait its SHARDTRAIN_READY_WAIT.
+void announce_ready(const runtime::Runtime& rt) {
+  ST_MPI_CHECK(MPI_Barrier(rt.world()));
+  if (rt.rank() != 0) return;
+  if (std::FILE* f = std::fopen(std::getenv("SHARDTRAIN_READY_FILE"), "w")) std::fclose(f);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   int code = kExitOk;
@@ -28,17 +40,20 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "train") == 0) train::install_stop_signal_handlers();
   }
   // The commands that compute run on the best GEMM kernel the CPU has: before MPI_Init and the
-  // first BLAS call, this may re-exec the binary with OPENBLAS_CORETYPE set (blas_kernel.h).
+  // first BLAS call, this may switch OpenBLAS to a better core (blas_kernel.h).
   bool computes = false;
   for (const char* c : {"train", "maxbatch", "bench", "info"}) computes = computes || std::strcmp(command, c) == 0;
   computes = computes || (std::strcmp(command, "plan") == 0 && measure);
-  if (computes) runtime::select_blas_kernel(argv);
+  if (computes) runtime::select_blas_kernel();
   try {
     runtime::Runtime rt(&argc, &argv);
     CLI::App app{"shardtrain: fully sharded data-parallel training (FSDP / ZeRO-3, hybrid "
                  "sharding) as an MPI job"};
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("shardtrain ") + SHARDTRAIN_VERSION);
+    // `train` under jobscripts/run-training.sh: every rank is in MPI, so every rank's stop
+    // handler is installed; rank 0 says so (the script holds a stop signal until then).
+    if (std::strcmp(command, "train") == 0 && std::getenv("SHARDTRAIN_READY_FILE")) announce_ready(rt);
     if (computes) {
       const runtime::BlasKernel& k = runtime::blas_kernel();
       if (std::strcmp(command, "info") != 0) log::info(k.line());

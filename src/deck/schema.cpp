@@ -102,6 +102,8 @@ std::vector<KeySpec> build_schema() {
 
     // [fsdp]
     Str("fsdp.param_dtype", "fp32", "dtype of unsharded parameters in forward and backward").one_of(kDtypes),
+    Str("fsdp.bf16_gemm", "auto", "CPU GEMMs of bf16 linear layers: libtorch's bf16 matmul (oneDNN, AMX where present), an fp32 GEMM on the bf16 operands, or the faster of the two measured once per CPU model")
+        .one_of({"auto", "bf16", "fp32"}),
     Str("fsdp.reduce_dtype", "fp32", "dtype in which gradients are reduced").one_of(kDtypes),
     Str("fsdp.buffer_dtype", "fp32", "dtype of module buffers").one_of(kDtypes),
     Str("fsdp.wrap", "block", "which modules become FSDP units: each block, by size, or the whole model")

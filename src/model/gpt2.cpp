@@ -1,5 +1,6 @@
 // GPT2: Hugging Face GPT-2 (Conv1D projections, tanh GELU, tied LM head), see gpt2.h.
 #include "shardtrain/model/gpt2.h"
+#include "shardtrain/model/bf16_gemm.h"
 
 #include <ATen/ATen.h>
 
@@ -80,7 +81,7 @@ at::Tensor GPT2::forward(const at::Tensor& tokens) {
     x = maybe_dropout(x, spec_.dropout, is_training());
     for (const auto& block : transformer_->blocks) x = block->forward(x);
     x = transformer_->ln_f->forward(x);
-    return at::linear(x, transformer_->wte->weight());  // tied lm_head
+    return model::linear(x, transformer_->wte->weight());  // tied lm_head
   });
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "shardtrain/model/bf16_gemm.h"
 #include "shardtrain/model/costs.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/names.h"
@@ -46,8 +47,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, c10::Device
 }
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
-  if (has_bias_) return at::linear(x, param("weight"), param("bias"));
-  return at::linear(x, param("weight"));
+  if (has_bias_) return model::linear(x, param("weight"), param("bias"));
+  return model::linear(x, param("weight"));
 }
 
 Conv1D::Conv1D(int64_t in_features, int64_t out_features, c10::Device device) {
@@ -59,7 +60,7 @@ at::Tensor Conv1D::forward(const at::Tensor& x) const {
   const at::Tensor& w = param("weight");
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = w.size(1);
-  return at::addmm(param("bias"), x.reshape({-1, w.size(0)}), w).view(out_shape);
+  return model::addmm(param("bias"), x.reshape({-1, w.size(0)}), w).view(out_shape);
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, c10::Device device) : dim_(dim), eps_(eps) {

@@ -1,5 +1,6 @@
 // Llama: Llama-style decoder with HF LlamaForCausalLM names, see llama.h.
 #include "shardtrain/model/llama.h"
+#include "shardtrain/model/bf16_gemm.h"
 
 #include <ATen/ATen.h>
 
@@ -108,7 +109,7 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
     at::Tensor x = maybe_dropout(model_->embed_tokens->forward(input), spec_.dropout, is_training());
     for (const auto& block : model_->blocks) x = block->forward(x, rope);
     x = model_->norm->forward(x);
-    return lm_head_ ? lm_head_->forward(x) : at::linear(x, model_->embed_tokens->weight());
+    return lm_head_ ? lm_head_->forward(x) : model::linear(x, model_->embed_tokens->weight());
   });
 }
 

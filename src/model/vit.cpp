@@ -1,5 +1,6 @@
 // ViT: Vision Transformer classifier with timm parameter names, see vit.h.
 #include "shardtrain/model/vit.h"
+#include "shardtrain/model/bf16_gemm.h"
 
 #include <ATen/ATen.h>
 
@@ -19,7 +20,7 @@ at::Tensor PatchProjection::forward(const at::Tensor& images) const {
   // [B, C, gh, p, gw, p] -> [B, gh, gw, C, p, p]: each patch flattened in the weight's (C, p, p) order.
   at::Tensor patches = images.reshape({b, c, gh, p, gw, p}).permute({0, 2, 4, 1, 3, 5}).reshape({b, gh * gw, c * p * p});
   const at::Tensor& w = param("weight");
-  return at::linear(patches, w.reshape({w.size(0), -1}), param("bias"));
+  return model::linear(patches, w.reshape({w.size(0), -1}), param("bias"));
 }
 
 ViTAttention::ViTAttention(const ModelSpec& spec, c10::Device device)

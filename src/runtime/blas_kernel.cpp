@@ -1,14 +1,11 @@
-// select_blas_kernel(): find the BLAS and its OpenBLAS core, re-exec with a better core when
-// OpenBLAS fell back to a generic one, check the running kernel against fp64 once.
+// select_blas_kernel(): find the BLAS and its OpenBLAS core, switch OpenBLAS to a better core
+// (in this process) when it fell back to a generic one, check the running kernel against fp64 once.
 #include "shardtrain/runtime/blas_kernel.h"
 
 #include <dlfcn.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,14 +19,8 @@
 namespace shardtrain::runtime {
 namespace {
 
-// The environment between the two images of one process. SHARDTRAIN_BLAS_STATE is ours only:
-//   "selected:<core>:<autodetected>:<gflops>"  we set OPENBLAS_CORETYPE=<core>
-//   "rejected:<core>:<autodetected>"            <core> failed the accuracy check, env cleared
-//   "simulated:<core>"                          test hook: <core> stands for OpenBLAS's own choice
-constexpr const char* kState = "SHARDTRAIN_BLAS_STATE";
-constexpr const char* kSwitch = "SHARDTRAIN_BLAS_SELECT";              // off | 0 | auto (default)
+constexpr const char* kSwitch = "SHARDTRAIN_BLAS_SELECT";              // off | 0 | anything else: select
 constexpr const char* kSimulate = "SHARDTRAIN_BLAS_SIMULATE_FALLBACK";  // tests: force a fallback core
-constexpr const char* kMasked = "SHARDTRAIN_BLAS_SIGMASK";             // we blocked the stop signals
 constexpr const char* kSimulateWrong = "SHARDTRAIN_BLAS_SIMULATE_WRONG";  // tests: this core's check fails
 
 BlasKernel g_kernel;
@@ -39,6 +30,7 @@ using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const
 using CharFn = char* (*)();
 using IntFn = int (*)();
 using SetIntFn = void (*)(int);
+using VoidFn = void (*)();
 
 template <typename F>
 F sym(const char* name) {
@@ -77,47 +69,30 @@ void fill(std::vector<float>& v, uint64_t seed) {
   }
 }
 
-void unblock_if_we_blocked();
-
-// Replaces the process; returns only when execv failed (then the environment is as before,
-// the stop signals unblocked, and the message says why).
-std::string reexec(char** argv) {
-  // A stop signal (SIGTERM, SIGUSR1) in the gap between the images would take the default
-  // action; blocked, it stays pending across execve and reaches the new image's handlers.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGUSR1);
-  if (sigprocmask(SIG_BLOCK, &set, nullptr) == 0) setenv(kMasked, "1", 1);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  // The binary's own path, not /proc/self/exe: the kernel names the new image after the file
-  // it was given, and tools that find ranks by name (pgrep, /proc/PID/comm, the cluster tests)
-  // must still see "shardtrain", not "exe".
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  const char* image = "/proc/self/exe";
-  if (n > 0) {
-    self[n] = '\0';
-    image = self;
-  }
-  execv(image, argv);
-  const int err = errno;
-  unsetenv("OPENBLAS_CORETYPE");
-  unsetenv(kState);
-  unblock_if_we_blocked();
-  return std::string("re-exec of ") + image + " failed: " + std::strerror(err);
-}
-
-void unblock_if_we_blocked() {
-  const char* m = std::getenv(kMasked);
-  if (!m) return;
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGUSR1);
-  sigprocmask(SIG_UNBLOCK, &set, nullptr);
-  unsetenv(kMasked);
+// Makes `core` OpenBLAS's running kernel set ("" = the one it chooses itself from cpuid), in
+// this process, by what the library's own load-time constructor runs: gotoblas_dynamic_quit()
+// clears its core table pointer (`gotoblas`), gotoblas_dynamic_init() sets it again from
+// OPENBLAS_CORETYPE, or from cpuid when that is unset, and initialises that core's blocking
+// parameters. Both are exported by every DYNAMIC_ARCH build's shared library. Afterwards the
+// process computes exactly as one started with OPENBLAS_CORETYPE=<core> (test_blas_kernel checks
+// the bits); the environment is left as it was. Only safe while no BLAS call is running: call it
+// while the process has one thread. Returns "" or why the switch is not possible.
+std::string switch_core(const std::string& core) {
+  auto quit = sym<VoidFn>("gotoblas_dynamic_quit");
+  auto init = sym<VoidFn>("gotoblas_dynamic_init");
+  auto corename = sym<CharFn>("openblas_get_corename");
+  if (!quit || !init || !corename) return "this OpenBLAS does not export gotoblas_dynamic_init/quit";
+  const char* prev = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = prev ? prev : "";
+  if (core.empty()) unsetenv("OPENBLAS_CORETYPE");
+  else setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  quit();
+  init();
+  if (prev) setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  else unsetenv("OPENBLAS_CORETYPE");
+  const std::string now = corename();
+  if (!core.empty() && lower(now) != lower(core)) return "OpenBLAS runs " + now + " after selecting " + core;
+  return "";
 }
 
 void check_and_measure(BlasKernel& k) {
@@ -175,7 +150,7 @@ BlasPlan plan_blas_selection(const char* user_coretype, const char* switch_value
                " build would be faster on this CPU (" + isa.isa_name() + ")";
     return p;
   }
-  p.reexec = true;
+  p.change = true;
   p.core = best;
   p.decision = "selected";
   p.reason = "OpenBLAS chose " + running_core + " on a CPU with " + isa.isa_name();
@@ -252,14 +227,13 @@ std::string BlasKernel::line() const {
 
 const BlasKernel& blas_kernel() { return g_kernel; }
 
-void select_blas_kernel(char** argv) {
+void select_blas_kernel() {
   BlasKernel& k = g_kernel;
   k = BlasKernel{};
   void* sg = dlsym(RTLD_DEFAULT, "sgemm_");
   if (!sg) {
     k.decision = "no BLAS";
     k.reason = "no sgemm_ in the process";
-    unblock_if_we_blocked();
     return;
   }
   Dl_info dli{};
@@ -270,80 +244,43 @@ void select_blas_kernel(char** argv) {
     k.decision = "not OpenBLAS";
     k.reason = "no kernel selection for this BLAS";
     check_and_measure(k);
-    unblock_if_we_blocked();
     return;
   }
-  k.core = corename();
   if (config) k.config = config();
   const bool dynamic = k.config.find("DYNAMIC_ARCH") != std::string::npos;
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  const std::vector<std::string> state = split(std::getenv(kState) ? std::getenv(kState) : "", ':');
-  const bool ours = coretype && state.size() >= 2 && lower(state[1]) == lower(coretype);
-
-  if (state[0] == "rejected" && state.size() >= 3) {
-    k.decision = "rejected";
-    k.autodetected = state[2];
-    k.reason = "the " + state[1] + " kernel failed the fp64 check; OpenBLAS's own choice runs";
-    check_and_measure(k);
-    unblock_if_we_blocked();
-    return;
-  }
-  if (state[0] == "selected" && ours && state.size() >= 4) {
-    k.decision = "selected";
-    k.autodetected = state[2];
-    k.fallback_gflops = std::atof(state[3].c_str());
-    k.reason = "OpenBLAS chose " + state[2] + " on a CPU with " + cpu_isa().isa_name();
-    if (openblas_core_tier(k.core) < openblas_core_tier(state[1]))
-      k.reason += "; OPENBLAS_CORETYPE=" + state[1] + " gave " + k.core;
-    check_and_measure(k);
-    if (!k.accurate) {  // never keep a kernel that computes wrong results
-      setenv(kState, ("rejected:" + state[1] + ":" + state[2]).c_str(), 1);
-      unsetenv("OPENBLAS_CORETYPE");
-      k.reason += "; the fp64 check failed and " + reexec(argv);
-      setenv("OPENBLAS_CORETYPE", state[1].c_str(), 1);
-    }
-    unblock_if_we_blocked();
-    return;
-  }
-  const bool simulated = state[0] == "simulated" && ours;
-  if (!simulated && !coretype && std::getenv(kSimulate) && *std::getenv(kSimulate)) {
-    setenv("OPENBLAS_CORETYPE", std::getenv(kSimulate), 1);
-    setenv(kState, (std::string("simulated:") + std::getenv(kSimulate)).c_str(), 1);
-    log::warn(reexec(argv));
-  }
-  k.autodetected = k.core;
-  const BlasPlan plan =
-      plan_blas_selection(simulated ? nullptr : coretype, std::getenv(kSwitch), k.core, dynamic, cpu_isa());
-  const std::string sw = std::getenv(kSwitch) ? lower(std::getenv(kSwitch)) : "";
-  if (plan.reexec && !simulated && sw != "on" && sw != "1" && sw != "true" && sw != "yes") {
-    // The re-exec is opt-in for now: ranks that srun started and re-executed themselves
-    // crashed (SIGSEGV) in some runs on the two-node test cluster (cluster_slurm), cause not
-    // found; and the choice must not depend on the launcher (srun and mpirun ranks of one job
-    // must run the same kernel). The line names the better core to set.
-    k.decision = "autodetected";
-    k.reason = plan.reason + "; " + plan.core + " would be faster: export OPENBLAS_CORETYPE=" + plan.core +
-               " (or " + kSwitch + "=on)";
-    check_and_measure(k);
-    unblock_if_we_blocked();
-    return;
-  }
-  if (plan.reexec) {
-    // No BLAS call in this image before the re-exec (none is needed to decide).
-    const double fallback = 0;
-    char g[32];
-    std::snprintf(g, sizeof g, "%.2f", fallback);
-    setenv("OPENBLAS_CORETYPE", plan.core.c_str(), 1);
-    setenv(kState, ("selected:" + plan.core + ":" + k.core + ":" + g).c_str(), 1);
-    k.decision = "autodetected";
-    k.reason = plan.reason + "; " + plan.core + " not selected: " + reexec(argv);
-    check_and_measure(k);
-    return;
-  }
+  // Tests: a fallback core stands in for OpenBLAS's own choice (never over a user's setting).
+  const char* simulate = std::getenv(kSimulate);
+  const bool simulated = !coretype && simulate && *simulate && dynamic && switch_core(simulate).empty();
+  k.core = k.autodetected = corename();
+  const BlasPlan plan = plan_blas_selection(coretype, std::getenv(kSwitch), k.core, dynamic, cpu_isa());
   k.decision = plan.decision;
   k.reason = plan.reason;
   if (simulated) k.reason += " (fallback simulated by " + std::string(kSimulate) + ")";
+  if (!plan.change) {
+    check_and_measure(k);
+    return;
+  }
+  k.fallback_gflops = sgemm_gflops(512, 1);  // the autodetected core's speed, for the line
+  const std::string why_not = switch_core(plan.core);
+  k.core = corename();
+  if (!why_not.empty()) {
+    k.decision = "autodetected";
+    k.reason += "; " + plan.core + " not selected: " + why_not + " (export OPENBLAS_CORETYPE=" + plan.core + ")";
+    k.fallback_gflops = 0;
+    check_and_measure(k);
+    return;
+  }
   check_and_measure(k);
-  unblock_if_we_blocked();
+  if (!k.accurate) {  // never keep a selected kernel that computes wrong results
+    const std::string failed = k.core;
+    switch_core(simulated ? std::string(simulate) : std::string());
+    k.core = corename();
+    k.decision = "rejected";
+    k.reason = "the " + failed + " kernel failed the fp64 check; OpenBLAS's own choice runs";
+    k.fallback_gflops = 0;
+    check_and_measure(k);
+  }
 }
 
 }  // namespace shardtrain::runtime

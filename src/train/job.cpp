@@ -40,6 +40,14 @@ ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOption
     j.engine_options.strategy = j.strategy;
     j.engine_options.device = j.device;
   });
+  // bf16 products on a CPU: the faster correct path, the same on every rank (bf16_choice.h).
+  if (j.engine_options.mp.param_dtype == at::kBFloat16 && j.device.is_cpu()) {
+    std::string setting;
+    runtime::run_agreed(world, [&] { setting = d.get_string("fsdp.bf16_gemm"); });
+    j.bf16_gemm = choose_bf16_gemm(world, setting);
+  } else {
+    model::set_bf16_gemm(model::Bf16Gemm::Native);
+  }
   return j;
 }
 

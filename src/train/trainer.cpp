@@ -246,6 +246,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
                 rt.size(), topo.num_hosts, topo.num_hosts == 1 ? "" : "s", topo.simulated ? ", simulated" : "",
                 mesh->replicate_size(), mesh->shard_size(), fsdp::to_string(strategy),
                 fsdp::dtype_name(eopts.mp.param_dtype), threads);
+    if (!job.bf16_gemm.how.empty()) std::printf("%s\n", job.bf16_gemm.line().c_str());
     std::printf("# device %s (run.device = %s)%s; collectives %s\n", device.is_cuda() ? "cuda:<local rank>" : "cpu",
                 s.device_key.c_str(),
                 eopts.cpu_offload && device.is_cuda() ? ", shards and optimizer state in pinned host memory" : "",

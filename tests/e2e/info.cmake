@@ -13,7 +13,7 @@ set_tests_properties(e2e_info_bad_shard_size PROPERTIES PROCESSORS 3 TIMEOUT 120
 # OpenBLAS's choice forced to Prescott, `info` names the kernel that runs and its fp64 check;
 # on a CPU with AVX2 or AVX-512 that is the selected better core.
 add_test(NAME e2e_info_blas_forced_fallback
-  COMMAND ${CMAKE_COMMAND} -E env SHARDTRAIN_BLAS_SIMULATE_FALLBACK=Prescott SHARDTRAIN_BLAS_SELECT=on
+  COMMAND ${CMAKE_COMMAND} -E env SHARDTRAIN_BLAS_SIMULATE_FALLBACK=Prescott
           ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS} -np 2 $<TARGET_FILE:shardtrain> info)
 set_tests_properties(e2e_info_blas_forced_fallback PROPERTIES PROCESSORS 2 TIMEOUT 120 LABELS "e2e;mpi;blas"
   PASS_REGULAR_EXPRESSION "\n  BLAS [^\n]*core (SkylakeX|Haswell|Zen) \\(selected: OpenBLAS chose Prescott[^\n]*fp64 check ok|\n  BLAS [^\n]*\\((autodetected: OpenBLAS's own choice fits this CPU \\((sse|avx)\\)|not OpenBLAS)[^\n]*fp64 check ok")

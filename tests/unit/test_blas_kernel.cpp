@@ -1,6 +1,7 @@
 // GEMM kernel selection (runtime/blas_kernel.h): the decision table, the fp64 accuracy check,
-// and whole processes (re-exec included) under a forced fallback, a user's OPENBLAS_CORETYPE,
-// the off switch, a kernel that fails its check, and mpirun.
+// and whole processes under the default, a forced fallback, a user's OPENBLAS_CORETYPE, the off
+// switch, a kernel that fails its check, and mpirun; the in-process core switch computes the same
+// bits as OPENBLAS_CORETYPE set before the library loaded.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -28,10 +29,9 @@ CpuIsa isa_avx512() {
 using Kv = std::map<std::string, std::string>;
 // Runs the driver with `env` (assignments for `env`; everything of ours unset first).
 Kv run_driver(const std::string& env, const std::string& launcher = "") {
-  // Selection is opt-in (SHARDTRAIN_BLAS_SELECT=on); a case's own setting comes later and wins.
-  const std::string cmd = "env -u OPENBLAS_CORETYPE -u SHARDTRAIN_BLAS_STATE -u SHARDTRAIN_BLAS_SELECT "
-                          "-u SHARDTRAIN_BLAS_SIMULATE_FALLBACK -u SHARDTRAIN_BLAS_SIMULATE_WRONG "
-                          "SHARDTRAIN_BLAS_SELECT=on " +
+  // The default: no variable of ours set (selection is on without one).
+  const std::string cmd = "env -u OPENBLAS_CORETYPE -u SHARDTRAIN_BLAS_SELECT "
+                          "-u SHARDTRAIN_BLAS_SIMULATE_FALLBACK -u SHARDTRAIN_BLAS_SIMULATE_WRONG " +
                           env + " " + launcher + " " BLAS_DRIVER;
   FILE* p = popen(cmd.c_str(), "r");
   Kv kv;
@@ -53,11 +53,11 @@ Kv run_driver(const std::string& env, const std::string& launcher = "") {
 
 TEST(BlasPlan, FallbackOnAvx512SelectsSkylakeX) {
   const BlasPlan p = plan_blas_selection(nullptr, nullptr, "Prescott", true, isa_avx512());
-  EXPECT_TRUE(p.reexec);
+  EXPECT_TRUE(p.change);
   EXPECT_EQ(p.core, "SkylakeX");
   EXPECT_EQ(p.decision, "selected");
   const BlasPlan h = plan_blas_selection(nullptr, nullptr, "Haswell", true, isa_avx512());
-  EXPECT_TRUE(h.reexec);
+  EXPECT_TRUE(h.change);
   EXPECT_EQ(h.core, "SkylakeX");
 }
 
@@ -67,31 +67,31 @@ TEST(BlasPlan, Avx2PicksHaswellOrZenByVendor) {
   EXPECT_EQ(plan_blas_selection(nullptr, nullptr, "Nehalem", true, i).core, "Haswell");
   i.vendor = "AuthenticAMD";
   EXPECT_EQ(plan_blas_selection(nullptr, nullptr, "Barcelona", true, i).core, "Zen");
-  EXPECT_FALSE(plan_blas_selection(nullptr, nullptr, "Zen", true, i).reexec);
+  EXPECT_FALSE(plan_blas_selection(nullptr, nullptr, "Zen", true, i).change);
   i.avx2 = false;  // nothing better than SSE kernels
-  EXPECT_FALSE(plan_blas_selection(nullptr, nullptr, "Prescott", true, i).reexec);
+  EXPECT_FALSE(plan_blas_selection(nullptr, nullptr, "Prescott", true, i).change);
 }
 
 TEST(BlasPlan, GoodAutodetectionIsKept) {
   for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids", "skylakex"}) {
     const BlasPlan p = plan_blas_selection(nullptr, nullptr, c, true, isa_avx512());
-    EXPECT_FALSE(p.reexec) << c;
+    EXPECT_FALSE(p.change) << c;
     EXPECT_EQ(p.decision, "autodetected") << c;
   }
 }
 
 TEST(BlasPlan, UserCoretypeAndSwitchAreRespected) {
   const BlasPlan u = plan_blas_selection("Prescott", nullptr, "Prescott", true, isa_avx512());
-  EXPECT_FALSE(u.reexec);
+  EXPECT_FALSE(u.change);
   EXPECT_EQ(u.decision, "user");
   for (const char* off : {"off", "0", "OFF", "false", "no"}) {
     const BlasPlan d = plan_blas_selection(nullptr, off, "Prescott", true, isa_avx512());
-    EXPECT_FALSE(d.reexec) << off;
+    EXPECT_FALSE(d.change) << off;
     EXPECT_EQ(d.decision, "disabled") << off;
   }
-  EXPECT_TRUE(plan_blas_selection(nullptr, "auto", "Prescott", true, isa_avx512()).reexec);
+  EXPECT_TRUE(plan_blas_selection(nullptr, "auto", "Prescott", true, isa_avx512()).change);
   const BlasPlan s = plan_blas_selection(nullptr, nullptr, "Prescott", false, isa_avx512());
-  EXPECT_FALSE(s.reexec);  // OpenBLAS without DYNAMIC_ARCH ignores OPENBLAS_CORETYPE
+  EXPECT_FALSE(s.change);  // OpenBLAS without DYNAMIC_ARCH ignores OPENBLAS_CORETYPE
   EXPECT_EQ(s.decision, "single-core build");
 }
 
@@ -134,7 +134,7 @@ TEST(CpuIsa, PeakFollowsTheIsa) {
   EXPECT_GT(flops_per_cycle(here, "fp32"), 0);
 }
 
-// Whole processes: the driver selects like main() does, re-exec included.
+// Whole processes: the driver selects like main() does.
 TEST(BlasProcess, Default) {
   Kv kv = run_driver("");
   const std::string best = runtime::best_openblas_core(cpu_isa());
@@ -144,7 +144,7 @@ TEST(BlasProcess, Default) {
   if (!best.empty()) EXPECT_GE(runtime::openblas_core_tier(kv["running"]), runtime::openblas_core_tier(best));
   EXPECT_EQ(kv["core"], kv["running"]);
   EXPECT_EQ(kv["accurate"], "1");
-  EXPECT_EQ(kv["sigterm_blocked"], "0");
+  EXPECT_EQ(kv["coretype_env"], "");  // the switch leaves the environment as it was
 }
 
 TEST(BlasProcess, ForcedFallbackSelectsTheBetterCore) {
@@ -158,9 +158,9 @@ TEST(BlasProcess, ForcedFallbackSelectsTheBetterCore) {
   EXPECT_EQ(kv["decision"], "selected") << kv["line"];
   EXPECT_EQ(kv["autodetected"], "Prescott");
   EXPECT_EQ(runtime::openblas_core_tier(kv["running"]), runtime::openblas_core_tier(best)) << kv["line"];
-  EXPECT_EQ(std::stod(kv["fallback_gflops"]), 0);  // no BLAS call before the re-exec (blas_kernel.cpp)
+  EXPECT_GT(std::stod(kv["fallback_gflops"]), 0);  // measured on the fallback before the switch
   EXPECT_EQ(kv["accurate"], "1");
-  EXPECT_EQ(kv["sigterm_blocked"], "0");  // blocked across the exec, unblocked after
+  EXPECT_EQ(kv["coretype_env"], "");
   EXPECT_NE(kv["line"].find("core " + kv["running"] + " (selected"), std::string::npos) << kv["line"];
 }
 
@@ -186,7 +186,31 @@ TEST(BlasProcess, AKernelThatFailsTheCheckIsDropped) {
   if (kv["decision"] == "not OpenBLAS" || kv["library"].empty()) GTEST_SKIP() << "not OpenBLAS";
   EXPECT_EQ(kv["decision"], "rejected") << kv["line"];
   EXPECT_NE(kv["reason"].find(best + " kernel failed"), std::string::npos) << kv["reason"];
-  EXPECT_EQ(kv["sigterm_blocked"], "0");
+  EXPECT_EQ(kv["running"], "Prescott");  // back on the (simulated) choice of OpenBLAS
+  EXPECT_EQ(kv["accurate"], "1");
+}
+
+// The switch in the process is what OpenBLAS does at load with OPENBLAS_CORETYPE set: the same
+// bits through sgemm_ and through libtorch as a process started with the core exported.
+TEST(BlasProcess, TheSwitchComputesTheBitsOfTheExportedCore) {
+  const std::string best = runtime::best_openblas_core(cpu_isa());
+  if (best.empty()) GTEST_SKIP() << "nothing to select on this CPU";
+  Kv sw = run_driver("SHARDTRAIN_BLAS_SIMULATE_FALLBACK=Prescott");
+  if (sw["decision"] == "not OpenBLAS" || sw["library"].empty()) GTEST_SKIP() << "not OpenBLAS";
+  ASSERT_EQ(sw["decision"], "selected") << sw["line"];
+  Kv ex = run_driver("OPENBLAS_CORETYPE=" + sw["running"]);
+  ASSERT_EQ(ex["decision"], "user");
+  ASSERT_EQ(ex["running"], sw["running"]);
+  EXPECT_EQ(sw["sgemm_bits"], ex["sgemm_bits"]);
+  EXPECT_EQ(sw["torch_bits"], ex["torch_bits"]);
+  Kv dflt = run_driver("");  // the default process runs the same kernel set (selected or autodetected)
+  if (dflt["running"] == sw["running"]) {
+    EXPECT_EQ(dflt["sgemm_bits"], sw["sgemm_bits"]);
+  }
+  // The comparison is real: Prescott's kernels sum in another order and give other bits.
+  Kv pr = run_driver("OPENBLAS_CORETYPE=Prescott");
+  EXPECT_EQ(pr["running"], "Prescott");
+  EXPECT_NE(pr["sgemm_bits"], sw["sgemm_bits"]);
 }
 
 TEST(BlasProcess, EveryMpiRankDecidesTheSame) {

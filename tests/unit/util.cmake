@@ -1,7 +1,7 @@
 add_unit_test(NAME test_util SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_util.cpp LIBS shardtrain::util)
 
 # GEMM kernel selection (runtime/blas_kernel.h): the decision table, the fp64 check, and whole
-# processes through the driver (re-exec, forced fallback, OPENBLAS_CORETYPE, off switch, mpirun).
+# processes through the driver (default, forced fallback, bits vs the exported core, OPENBLAS_CORETYPE, off switch, mpirun).
 add_executable(blas_kernel_driver ${CMAKE_CURRENT_LIST_DIR}/blas_kernel_driver.cpp)
 target_link_libraries(blas_kernel_driver PRIVATE shardtrain::runtime shardtrain::torch)
 add_unit_test(NAME test_blas_kernel SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blas_kernel.cpp

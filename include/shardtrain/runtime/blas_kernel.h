@@ -3,13 +3,14 @@
 //
 // OpenBLAS (DYNAMIC_ARCH) picks its core once, when the library loads, from cpuid and
 // OPENBLAS_CORETYPE. Debian's 0.3.21 does not know recent Xeons (family 6 model 207) and runs
-// its Prescott (SSE3) kernels there, ~4x below the machine. The library is loaded before main(),
-// so select_blas_kernel() re-executes the binary (same argv, same pid) with OPENBLAS_CORETYPE set
-// to the best core the CPU's instruction set allows. The decision depends only on cpuid, the
-// environment and the core OpenBLAS reports, so every rank of a job makes the same one.
-// An explicit OPENBLAS_CORETYPE is never overridden; SHARDTRAIN_BLAS_SELECT=off disables the
-// switch. The running kernel is checked once against an fp64 reference; a selected kernel that
-// fails is dropped (re-exec without it). See docs/performance.md.
+// its Prescott (SSE3) kernels there, ~4x below the machine. select_blas_kernel() then switches
+// OpenBLAS, in this process and before the first BLAS call that matters, to the best core the
+// CPU's instruction set allows, the way OpenBLAS's own load-time initialisation does it with
+// OPENBLAS_CORETYPE set (no re-exec, no environment variable for the user). The decision depends
+// only on cpuid, the environment and the core OpenBLAS reports, so every rank of a job makes the
+// same one. An explicit OPENBLAS_CORETYPE is never overridden; SHARDTRAIN_BLAS_SELECT=off
+// disables the switch. The running kernel is checked once against an fp64 reference; a selected
+// kernel that fails is dropped (OpenBLAS's own choice again). See docs/performance.md.
 #pragma once
 #include <string>
 
@@ -26,7 +27,7 @@ struct BlasKernel {
   std::string decision;
   std::string reason;        // one sentence: why this kernel runs
   double gflops = 0;           // 512^3 sgemm on one thread, best of 3
-  double fallback_gflops = 0;  // the autodetected core's, before the switch: not measured (0; blas_kernel.cpp)
+  double fallback_gflops = 0;  // the autodetected core's, measured before the switch (0 without one)
   double max_rel_error = 0;    // max |C - C_fp64| / sum_k |a_ik b_kj| of a 192^3 product
   double error_bound = 0;      // the bound any correct fp32 summation order meets (K u / (1 - K u))
   bool checked = false, accurate = true;
@@ -42,11 +43,11 @@ int openblas_core_tier(const std::string& core);
 // (AVX2+FMA), "" (nothing better than what any core runs).
 std::string best_openblas_core(const CpuIsa& isa);
 
-// The pure decision, for tests: given the environment and the running core, keep it or re-exec
-// with `core`. `user_coretype` / `switch_value` are the environment's values (nullptr = unset).
+// The pure decision, for tests: given the environment and the running core, keep it or switch
+// to `core`. `user_coretype` / `switch_value` are the environment's values (nullptr = unset).
 struct BlasPlan {
-  bool reexec = false;
-  std::string core;      // the OPENBLAS_CORETYPE to re-exec with
+  bool change = false;
+  std::string core;      // the core to switch to (an OPENBLAS_CORETYPE name)
   std::string decision;  // as BlasKernel::decision when kept
   std::string reason;
 };
@@ -54,10 +55,10 @@ BlasPlan plan_blas_selection(const char* user_coretype, const char* switch_value
                              bool dynamic_arch, const CpuIsa& isa);
 
 // Call first thing in main() of a program that computes (train, plan --measure, maxbatch, bench,
-// info), before MPI_Init and before any BLAS call: may replace the process (execv of
-// /proc/self/exe with `argv`) and then never returns. Fills blas_kernel(). Thread-unsafe: call
-// while the process has one thread.
-void select_blas_kernel(char** argv);
+// info), before MPI_Init and before any other BLAS call: may switch OpenBLAS's core. Fills
+// blas_kernel(). Thread-unsafe: call while the process has one thread (no BLAS call may run
+// concurrently with the switch).
+void select_blas_kernel();
 // The result of select_blas_kernel() (decision "" when it was not called).
 const BlasKernel& blas_kernel();
 

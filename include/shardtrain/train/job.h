@@ -16,6 +16,7 @@
 #include "shardtrain/model/model.h"
 #include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/runtime/topology.h"
+#include "shardtrain/train/bf16_choice.h"
 
 namespace shardtrain::train {
 
@@ -36,6 +37,7 @@ struct ShardedJob {
   fsdp::StrategyComms comms;
   std::shared_ptr<model::Model> net;  // parameters on the meta device until an Engine wraps it
   fsdp::EngineOptions engine_options;  // from the deck, with strategy and device filled in
+  Bf16GemmChoice bf16_gemm;            // bf16 compute on a CPU: the GEMM path (model::bf16_gemm())
 };
 
 // Collective; deck errors (bad mesh, device, backend) are raised on every rank.
