@@ -35,8 +35,8 @@ run() {  # run NP MODE OUT
     --set "train.reproducible=$2" --set "run.out_dir=$3" --set checkpoint.every_steps=0 --set checkpoint.keep_last=1 \
     > "$3.log" 2>&1 || { tail -20 "$3.log"; echo "run failed: $3" >&2; exit 1; }
 }
-echo "| ranks | default ms/step | reproducible ms/step | reproducible ÷ default |"
-echo "|---:|---:|---:|---:|"
+echo "| ranks | default ms/step | reproducible ms/step | reproducible ÷ default (median) | each alternation |"
+echo "|---:|---:|---:|---:|---|"
 for np in $RANKS; do
   ratios=() ds=() rs=()
   for rep in $(seq "$REPS"); do
@@ -46,7 +46,8 @@ for np in $RANKS; do
     ds+=("$d") rs+=("$r") ratios+=("$(awk -v a="$r" -v b="$d" 'BEGIN{print a/b}')")
   done
   med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
-  printf "| %d | %.0f | %.0f | %.3f |\n" "$np" "$(med "${ds[@]}")" "$(med "${rs[@]}")" "$(med "${ratios[@]}")"
+  printf "| %d | %.0f | %.0f | %.3f | %s |\n" "$np" "$(med "${ds[@]}")" "$(med "${rs[@]}")" "$(med "${ratios[@]}")" \
+    "$(printf '%.2f ' "${ratios[@]}")"
   losses "$work/r$np-1" > "$work/losses-$np"
 done
 set -- $RANKS

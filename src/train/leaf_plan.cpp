@@ -65,7 +65,7 @@ double mean_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_
 }
 
 nlohmann::json reproducibility_guarantee(const LeafPlan& p, int64_t micro_batch, int threads,
-                                         const std::string& device) {
+                                         const std::string& device, const std::string& bf16_gemm) {
   const runtime::BlasKernel& k = runtime::blas_kernel();
   nlohmann::json j;
   j["libtorch"] = TORCH_VERSION;
@@ -75,6 +75,7 @@ nlohmann::json reproducibility_guarantee(const LeafPlan& p, int64_t micro_batch,
   j["threads_per_rank"] = threads;
   j["leaves"] = p.leaves;
   j["leaf_samples"] = micro_batch;
+  if (!bf16_gemm.empty()) j["bf16_gemm"] = bf16_gemm;
   return j;
 }
 

@@ -24,6 +24,7 @@
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
+#include "shardtrain/model/bf16_gemm.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/alloc_tracker.h"
@@ -270,7 +271,10 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   ckpt::CheckpointManager ckpts(s.ckpt_dir, s.keep_last, world, s.async, save_opts, run_dirs.run_id);
   const ckpt::CheckpointInfo info = checkpoint_info(job, d);
   const std::string guarantee =
-      leaves.on ? reproducibility_guarantee(leaves, plan.micro_batch, threads, device.str()).dump() : std::string();
+      leaves.on ? reproducibility_guarantee(leaves, plan.micro_batch, threads, device.str(),
+                                            eopts.mp.param_dtype == at::kBFloat16 ? model::to_string(model::bf16_gemm()) : "")
+                      .dump()
+                : std::string();
   // Writable checkpoint dir, a regular `latest`, room for one checkpoint: exit 2 now, not after training.
   ckpt::preflight(ckpts.dir(), engine, optimizer, info, world);
   const StartPoint start = resume_or_start(s, run_dirs, ckpts, engine, optimizer, *data, plan.global_batch, device,

@@ -38,8 +38,10 @@ LeafPlan plan_leaves(const deck::Deck& d, int world, int rank, int group, bool n
 
 // What the bits depend on besides the deck and the data (recorded in checkpoints; a resume
 // that differs in one of them warns): libtorch, the BLAS and its kernel, the CPU, the device,
-// the threads per rank, the leaf layout. Not the world size or the strategy.
-nlohmann::json reproducibility_guarantee(const LeafPlan& p, int64_t micro_batch, int threads, const std::string& device);
+// the threads per rank, the leaf layout, and for bf16 compute the bf16 GEMM path
+// (`bf16_gemm`, model/bf16_gemm.h; "" for other dtypes). Not the world size or the strategy.
+nlohmann::json reproducibility_guarantee(const LeafPlan& p, int64_t micro_batch, int threads, const std::string& device,
+                                         const std::string& bf16_gemm = "");
 
 // The global batch's mean loss from this rank's leaf losses (micro-batch order): gathered
 // from every rank and summed in leaf order, so the same bits at every world size. Collective.
