@@ -52,5 +52,17 @@ refused fsdp.quantize_grads "$T/D1" --set parallel.strategy=full_shard --set fsd
 refused fsdp.quantize_grads "$T/D2" --set parallel.strategy=shard_grad_op --set fsdp.quantize_grads=true
 refused fsdp.quantize_weights "$T/D3" --set parallel.strategy=no_shard --set fsdp.quantize_weights=true
 refused fsdp.quantize_weights "$T/D4" --set fsdp.quantize_weights=true --set fsdp.cpu_offload=true
+refused fsdp.secondary_shards "$T/D5" --set parallel.strategy=hybrid_shard --set fsdp.secondary_shards=true
+
+note "E: the other combinations the engine runs train (2 steps each)"
+for combo in "shard_grad_op fsdp.quantize_weights=true" \
+             "hybrid_shard_zero2 fsdp.quantize_weights=true fsdp.quantize_grads=true" \
+             "full_shard fsdp.quantize_weights=true fsdp.secondary_shards=true"; do
+  read -r strat keys <<<"$combo"
+  sets=(--set parallel.strategy="$strat" --set parallel.simulate_ranks_per_host=2 --set train.max_steps=2)
+  for k in $keys; do sets+=(--set "$k"); done
+  train_ok $NP "$T/E-$strat" "${sets[@]}"
+  grep -q '"step":2' "$T/E-$strat/metrics.jsonl" || fail "E: $combo logged no step 2"
+done
 
 note "OK: quantized hybrid run resumed bit-identically; fewer inter-node bytes; refusals name their key"
