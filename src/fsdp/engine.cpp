@@ -280,6 +280,7 @@ std::vector<std::vector<at::Tensor>>& Engine::residual_staging(bool gather) {
 
 void Engine::load_residuals() {
   Impl::Scope scope(*impl_);
+  if (impl_->zpp) impl_->zpp->masters_changed();
   const int R = residual_replicas(*impl_);
   if (R == 1) return;
   auto& staged = impl_->residual_host;

@@ -150,7 +150,13 @@ comm::WorkPtr ZeroPP::gather(Unit& u, FlatParam& fp, const at::Tensor& mine, boo
   const int S = fp.shard_size(), r = fp.shard_rank();
   const int64_t L = fp.shard_numel(), P = quantized_bytes(L, c_.block);
   at::Tensor wire = wire_buffer(S, P, fp.full().options());
-  quantize_into(fp.master(), as_bytes(wire, r * P, P), c_.block);
+  PerFlat& pf = flat_[&fp];
+  if (pf.packed_step != step_ || !pf.packed.defined()) {
+    if (!pf.packed.defined()) pf.packed = at::empty({P}, fp.master().options().dtype(at::kByte));
+    quantize_into(fp.master(), pf.packed, c_.block);
+    pf.packed_step = step_;
+  }
+  as_bytes(wire, r * P, P).copy_(pf.packed);
   comm::WorkPtr w = u.shard->all_gather(wire, wire.narrow(0, r * P / 2, P / 2));
   comm::WorkPtr exact_work;
   at::Tensor exact;

@@ -51,11 +51,19 @@ class ZeroPP {
   // Checkpoint access (Engine::residual_names, gather_residuals, set_residuals): the
   // residual of one flat, zeros until the first quantized average.
   at::Tensor& residual(FlatParam& fp);
+  // The masters were written outside an optimizer step (a checkpoint load): quantize again.
+  void masters_changed() {
+    for (auto& [fp, f] : flat_) f.packed_step = -1;
+  }
 
  private:
   struct PerFlat {
     bool weights_fallback = false, grads_fallback = false;
     at::Tensor residual;  // fp32 [shard_numel]: what quantization left out of the last average
+    // qwZ: this rank's master shard quantized once per optimizer step (the masters change only
+    // in the step), reused by every gather until the next: backward's, other micro-batches'.
+    at::Tensor packed;
+    int64_t packed_step = -1;
   };
   struct PendingAverage {
     FlatParam* fp = nullptr;

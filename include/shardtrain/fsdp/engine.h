@@ -119,7 +119,8 @@ class Engine {
   // replicate groups into them (collective; before a save), false only sizes them (a load's
   // destination).
   std::vector<std::vector<at::Tensor>>& residual_staging(bool gather);
-  // After a load into residual_staging(false): each rank takes its replica's residual.
+  // After a load into residual_staging(false): each rank takes its replica's residual (and
+  // the quantized copies of the masters are made again).
   void load_residuals();
   // Also resets the device allocator's peak (max_memory_allocated).
   void reset_peaks();
