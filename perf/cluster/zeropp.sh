@@ -6,7 +6,9 @@
 # inter-node byte counter (metrics.jsonl inter_node_bytes: the ring model, summed over ranks) and
 # the final loss, for full_shard, hybrid_shard and hybrid_shard with each option.
 #
-#   perf/cluster/zeropp.sh [SHARDTRAIN] [--rates "none 250mbit"] [--steps K]
+#   perf/cluster/zeropp.sh [SHARDTRAIN] [--rates "none 250mbit"] [--steps K] [--only LABEL]
+# (--only: just the configuration of that label, e.g. "hybrid_shard + qgZ"; full_shard and
+# hybrid_shard are still run, as the table's references)
 #
 # Bytes per step: (counters over a W+K-step run - over a W-step run) / K, as perf/cluster/run.sh.
 # Output: a Markdown table on stdout, raw numbers in $OUT/zeropp.tsv (OUT=perf/cluster/out).
@@ -17,11 +19,12 @@ REPO=$(cd "$HERE/../.." && pwd)
 ST=$REPO/build/bin/shardtrain
 [[ ${1:-} != --* && -n ${1:-} ]] && { ST=$(realpath "$1"); shift; }
 RATES="none 250mbit"
-K=6 W=2
+K=6 W=2 ONLY=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
     --steps) K=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
     *) echo "usage: $0 [SHARDTRAIN] [--rates R] [--steps K]" >&2; exit 2 ;;
   esac
 done
@@ -75,6 +78,7 @@ for rate in $RATES; do
   "$CL/cluster.sh" rate "$rate"
   for c in "${CONFIGS[@]}"; do
     label=${c%%|*}
+    [[ -n $ONLY && $label != "$ONLY" && $label != full_shard && $label != hybrid_shard ]] && continue
     read -r -a sets <<<"${c#*|}"
     tag=$(tr -c 'a-z0-9\n' '_' <<<"$label")
     a=$(run "$W" "$OUT/zpp-$rate-$tag-short" "${sets[@]}")
