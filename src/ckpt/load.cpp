@@ -149,6 +149,7 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
     for (float* s : v.states) std::memset(s + first_pad, 0, static_cast<size_t>(n) * 4);
   }
   if (staged) restore_staged(snap, engine, opt);
+  engine.load_residuals();  // the engine's states (fsdp.quantize_grads), read into its host copies
   opt.set_steps_taken(opt_steps);
   return IoStats{timer.seconds(), snapshot_file_bytes(snap)};
 }

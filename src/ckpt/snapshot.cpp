@@ -15,6 +15,9 @@ Snapshot layout_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
   s.state_names = opt.state_names();
   // ShardedOptimizer names its state arrays; the names identify the algorithm.
   s.optimizer = (s.state_names.size() == 2 && s.state_names[0] == "exp_avg") ? "adamw" : "sgd";
+  // The engine's own per-flat state after the optimizer's: error-feedback residuals
+  // (fsdp.quantize_grads), always staged in the engine's host copies (engine_states()).
+  for (const std::string& n : engine.residual_names()) s.state_names.push_back(n);
   s.optimizer_steps = opt.steps_taken();
   std::vector<fsdp::FlatParam*> flats = engine.flat_params();
   for (size_t i = 0; i < flats.size(); ++i) {
@@ -34,6 +37,16 @@ Snapshot layout_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
     s.flats.push_back(std::move(v));
   }
   return s;
+}
+
+// Points the engine's states (after the optimizer's) at the engine's host copies; gather: fill
+// them (a save) or only size them (a load).
+void engine_states(Snapshot& s, fsdp::Engine& engine, size_t optimizer_states, bool gather) {
+  if (s.state_names.size() == optimizer_states) return;
+  auto& staged = engine.residual_staging(gather);
+  for (size_t i = 0; i < s.flats.size(); ++i)
+    for (size_t k = optimizer_states; k < s.state_names.size(); ++k)
+      s.flats[i].states[k] = staged.at(i).at(k - optimizer_states).data_ptr<float>();
 }
 
 at::Tensor host_floats(float* p, int64_t n) { return at::from_blob(p, {n}, at::TensorOptions().dtype(at::kFloat)); }
@@ -57,8 +70,9 @@ Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, Snapsh
   std::vector<fsdp::FlatParam*> flats = engine.flat_params();
   for (size_t i = 0; i < flats.size(); ++i) {
     s.flats[i].master = (access == SnapshotAccess::Write ? flats[i]->write_master() : flats[i]->master()).data_ptr<float>();
-    for (size_t k = 0; k < s.state_names.size(); ++k) s.flats[i].states[k] = opt.state(i, k);
+    for (size_t k = 0; k < opt.state_names().size(); ++k) s.flats[i].states[k] = opt.state(i, k);
   }
+  engine_states(s, engine, opt.state_names().size(), access == SnapshotAccess::Read);
   return s;
 }
 
@@ -78,9 +92,10 @@ Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, std:
       if (copy && v.shard_numel) host_floats(p, v.shard_numel).copy_(from);
     };
     stage(v.master, flats[i]->master());
-    for (size_t k = 0; k < s.state_names.size(); ++k) stage(v.states[k], opt.state_tensor(i, k));
+    for (size_t k = 0; k < opt.state_names().size(); ++k) stage(v.states[k], opt.state_tensor(i, k));
   }
   pool.resize(next);
+  engine_states(s, engine, opt.state_names().size(), copy);
   return s;
 }
 
@@ -91,7 +106,8 @@ void restore_staged(const Snapshot& s, fsdp::Engine& engine, fsdp::ShardedOptimi
     const FlatView& v = s.flats[i];
     if (v.shard_numel == 0) continue;
     flats[i]->write_master().copy_(host_floats(v.master, v.shard_numel));
-    for (size_t k = 0; k < v.states.size(); ++k) opt.state_tensor(i, k).copy_(host_floats(v.states[k], v.shard_numel));
+    for (size_t k = 0; k < opt.state_names().size(); ++k)
+      opt.state_tensor(i, k).copy_(host_floats(v.states[k], v.shard_numel));
   }
 }
 

@@ -119,6 +119,31 @@ std::vector<KeySpec> build_schema() {
         .at_least(1).at_most(1024).unit("all-gathers"),
     Bool("fsdp.activation_checkpointing", false, "recompute each unit's activations in backward"),
     Bool("fsdp.cpu_offload", false, "keep parameter shards and optimizer state in host memory"),
+    Bool("fsdp.quantize_weights", false,
+         "ZeRO++ qwZ: the weight all-gather moves int8 codes with one fp32 scale per fsdp.quant_block values, "
+         "dequantized into param_dtype on every rank; fp32 masters are never quantized (not with no_shard or "
+         "cpu_offload)"),
+    Bool("fsdp.quantize_grads", false,
+         "ZeRO++ qgZ: hybrid strategies average gradient shards across replicas (between nodes) in int8 with "
+         "per-block scales and error feedback (the residual is checkpointed), summed in fp32; inside the node "
+         "the reduce-scatter stays in reduce_dtype (not with other strategies or cpu_offload)"),
+    Bool("fsdp.secondary_shards", false,
+         "ZeRO++ hpZ (FSDP2's reshard_after_forward = <node size>): full_shard keeps, after each unit's forward, "
+         "a secondary shard of its param_dtype weights over the ranks of the node (parallel.shard_group_size), so "
+         "the backward all-gather stays inside the node; costs padded unit bytes / node size per unit until its "
+         "backward (in the plan); exact (the weights forward used); full_shard only"),
+    Int("fsdp.quant_block", 256, "values per quantization block of quantize_weights / quantize_grads (one fp32 "
+        "scale each: 4/block bytes per value on top of the int8 code)")
+        .at_least(8).at_most(1 << 20).unit("values"),
+    Int("fsdp.quant_guard_every", 50,
+        "accuracy guard of the quantized collectives: every k optimizer steps (step 0 included) also compute "
+        "the exact result, log the relative error (metrics quant_weight_err / quant_grad_err) and fall a unit "
+        "back to full precision, with a warning, when it exceeds quant_guard_threshold; 0 = off")
+        .at_least(0).unit("steps"),
+    Float("fsdp.quant_guard_threshold", 0.05,
+          "relative L2 error of a unit's gathered weights or averaged gradient above which the guard falls "
+          "that unit back to full precision")
+        .above(0),
 
     // [optimizer]
     Str("optimizer.name", "adamw", "optimizer").one_of({"adamw", "sgd"}),

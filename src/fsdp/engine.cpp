@@ -12,6 +12,7 @@
 #include "collectives.h"
 #include "engine_impl.h"
 #include "shardtrain/fsdp/exact_square_sum.h"
+#include "zeropp.h"
 #include "shardtrain/fsdp/forward_hook.h"
 #include "shardtrain/fsdp/wrap.h"
 #include "shardtrain/util/error.h"
@@ -49,18 +50,46 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
   Unit* unit_;
 };
 
+// Every communicator the engine uses, wrapped in a byte counter (one per distinct Comm).
+EngineComms count_bytes(Engine::Impl& m, const EngineComms& in) {
+  auto wrap = [&](comm::Comm* c) -> comm::Comm* {
+    if (!c) return nullptr;
+    m.counted.push_back(std::make_unique<CountingComm>(*c, m.opts.host_id, m.dev->device(), m.bytes));
+    return m.counted.back().get();
+  };
+  EngineComms out;
+  out.shard = wrap(in.shard);
+  out.shard_rs = in.shard_rs == in.shard ? out.shard : wrap(in.shard_rs);
+  out.replicate = wrap(in.replicate);
+  out.world = in.world == in.shard ? out.shard : wrap(in.world);
+  out.node = wrap(in.node);
+  return out;
+}
+
 }  // namespace
+
+Engine::Impl::~Impl() = default;
 
 Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, const InitFn& init)
     : impl_(std::make_unique<Impl>()), opts_(opts) {
   Impl& m = *impl_;
-  m.comms = comms;
   m.opts = opts;
   ST_CHECK(opts.limit_all_gathers >= 1, "limit_all_gathers must be >= 1");
   m.dev = std::make_unique<DeviceRuntime>(opts.device);
   m.opts.device = opts_.device = m.dev->device();  // cuda -> cuda:0
   Impl::Scope scope(m);
   const c10::Device device = m.dev->device();
+  m.comms = count_bytes(m, comms);
+  comms = m.comms;
+  if (opts.compression.any()) {
+    ST_CHECK(!opts.cpu_offload, "quantized collectives (fsdp.quantize_weights / quantize_grads) do not run under "
+             "cpu_offload");
+    ST_CHECK(!opts.compression.quantize_grads || is_hybrid(opts.strategy),
+             "quantized gradient reduction needs a hybrid strategy (replicas across nodes)");
+    ST_CHECK(!opts.compression.secondary_shards || (opts.strategy == Strategy::FullShard && comms.node),
+             "secondary shards need full_shard and the node group (GroupOptions::secondary_shards)");
+    m.zpp = std::make_unique<ZeroPP>(opts.compression, device, comms.node);
+  }
   ST_CHECK(dynamic_cast<Hookable*>(&root), "the root module must derive from fsdp::Hookable");
 
   // The layout (fsdp/wrap.cpp): units, flats, padding, aliasing, the ignored group.
@@ -221,7 +250,78 @@ void Engine::reset_peaks() {
   impl_->stats.peak_unsharded_bytes = impl_->stats.live_unsharded_bytes;
   impl_->stats.peak_grad_buffer_bytes = impl_->stats.live_grad_buffer_bytes;
   impl_->stats.max_all_gathers_in_flight = 0;
+  impl_->stats.peak_secondary_bytes = impl_->stats.live_secondary_bytes;
   reset_device_peak(impl_->dev->device());
+}
+
+CommStats Engine::comm_stats() const {
+  CommStats s = impl_->zpp ? impl_->zpp->stats() : CommStats{};
+  s.intra_node_bytes = impl_->bytes.intra.load();
+  s.inter_node_bytes = impl_->bytes.inter.load();
+  return s;
+}
+
+namespace {
+// The replicas across which a flat's gradient is averaged with error feedback (1: none).
+int residual_replicas(const Engine::Impl& m) {
+  if (!m.zpp || !m.zpp->options().quantize_grads || !m.comms.replicate) return 1;
+  return m.comms.replicate->size();
+}
+}  // namespace
+
+std::vector<std::string> Engine::residual_names() const {
+  std::vector<std::string> out;
+  const int R = residual_replicas(*impl_);
+  if (R > 1)
+    for (int k = 0; k < R; ++k) out.push_back("qgz_residual.r" + std::to_string(k));
+  return out;
+}
+
+std::vector<std::vector<at::Tensor>>& Engine::residual_staging(bool gather) {
+  Impl::Scope scope(*impl_);
+  auto& out = impl_->residual_host;
+  const int R = residual_replicas(*impl_);
+  if (R == 1) {
+    out.clear();
+    return out;
+  }
+  size_t i = 0;
+  out.resize(flat_params().size());
+  for (auto& u : impl_->units)
+    for (auto& fp : u->flats) {
+      const int64_t L = fp->shard_numel();
+      std::vector<at::Tensor>& per = out[i++];
+      per.resize(R);
+      for (auto& t : per)
+        if (!t.defined() || t.numel() != L) t = at::zeros({L}, at::kFloat);
+      if (!gather) continue;
+      if (u->is_ignored) {  // not quantized: nothing left over
+        for (auto& t : per) t.zero_();
+        continue;
+      }
+      at::Tensor& e = impl_->zpp->residual(*fp);
+      const int k = u->replicate->rank();
+      at::Tensor all = at::empty({R * L}, e.options());
+      all.narrow(0, k * L, L).copy_(e);
+      impl_->wait_timed(*u->replicate->all_gather(all, all.narrow(0, k * L, L)));
+      for (int r = 0; r < R; ++r) per[r].copy_(all.narrow(0, r * L, L));
+    }
+  return out;
+}
+
+void Engine::load_residuals() {
+  Impl::Scope scope(*impl_);
+  if (impl_->zpp) impl_->zpp->masters_changed();
+  const int R = residual_replicas(*impl_);
+  if (R == 1) return;
+  auto& staged = impl_->residual_host;
+  size_t i = 0;
+  for (auto& u : impl_->units)
+    for (auto& fp : u->flats) {
+      ST_CHECK(i < staged.size() && static_cast<int>(staged[i].size()) == R, "load_residuals: nothing staged");
+      if (!u->is_ignored) impl_->zpp->residual(*fp).copy_(staged[i][u->replicate->rank()]);
+      ++i;
+    }
 }
 
 const c10::Device& Engine::device() const { return impl_->dev->device(); }

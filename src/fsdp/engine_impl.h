@@ -13,12 +13,16 @@
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/leaf_sum.h"
+#include "counting_comm.h"
 #include "unit.h"
 
 namespace shardtrain::fsdp {
 
+class ZeroPP;
+
 struct Engine::Impl {
-  EngineComms comms;
+  ~Impl();
+  EngineComms comms;  // the counting wrappers (below) of the job's communicators
   EngineOptions opts;
   std::vector<std::unique_ptr<Unit>> units;  // root first, ignored group last (if any)
   std::vector<UnitPlan> layout;              // what they were built from, one plan per unit
@@ -38,6 +42,12 @@ struct Engine::Impl {
   std::unordered_map<const FlatParam*, LeafSum> leaf_sums;
   std::unique_ptr<DeviceRuntime> dev;
   MemoryStats stats;
+  // Bytes sent inside / between nodes: every communicator the engine uses is a CountingComm.
+  ByteCounters bytes;
+  std::vector<std::unique_ptr<CountingComm>> counted;
+  // Quantized collectives and their guard (zeropp.h); null when EngineOptions::compression is off.
+  std::unique_ptr<ZeroPP> zpp;
+  std::vector<std::vector<at::Tensor>> residual_host;  // Engine::residual_staging
 
   // Every entry from a hook or the API: NCCL collectives are ordered after torch's current
   // stream on this thread (autograd runs CUDA backward on its own device thread), and new
@@ -65,6 +75,8 @@ struct Engine::Impl {
 
   // ---- mechanics (schedule.cpp) ----------------------------------------------------
   void issue_gather(Unit& u, FlatParam& fp);
+  // The all-gather of one flat: the plain one, or ZeRO++'s quantized one (zeropp.cpp).
+  comm::WorkPtr gather_flat(Unit& u, FlatParam& fp, const at::Tensor& mine);
   void wait_gather(FlatParam& fp);
   void issue_unshard(Unit& u);
   void unshard(Unit& u);

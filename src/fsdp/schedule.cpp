@@ -8,6 +8,7 @@
 #include "collectives.h"
 #include "engine_impl.h"
 #include "recompute.h"
+#include "zeropp.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/timer.h"
 #include "shardtrain/util/torch_compat.h"
@@ -89,7 +90,7 @@ void Engine::Impl::issue_gather(Unit& u, FlatParam& fp) {
       fp.filled();
       return;
     }
-    fp.gathering(all_gather_flat(*u.shard, fp, mine));
+    fp.gathering(gather_flat(u, fp, mine));
   }
   inflight.push_back(&fp);
   stats.max_all_gathers_in_flight = std::max(stats.max_all_gathers_in_flight, static_cast<int>(inflight.size()));
@@ -156,6 +157,7 @@ at::Tensor Engine::Impl::run_forward(Unit& u, const at::Tensor& input, const Uni
         if (v->reshard_after_backward && !v->is_ignored) reshard(*v);
     }
   } else if (u.reshard_after_forward && grad) {
+    if (zpp) zpp->keep_secondary(u, stats);  // hpZ: the node's shard of what forward used
     reshard(u);
   } else if (!grad && u.reshard_after_backward) {
     reshard(u);
@@ -359,10 +361,12 @@ void Engine::Impl::end_backward() {
     std::vector<std::pair<comm::Comm*, FlatParam*>> shards;
     for (auto& u : units)
       for (auto& fp : u->flats) shards.emplace_back(u->replicate, fp.get());
+    if (zpp) zpp->issue_replica_average(shards);  // ZeRO++ qgZ: takes the flats it averages out of `shards`
     ReplicaAverage avg = average_across_replicas(
         shards, [this](const FlatParam& fp) { return on_comm_device(fp, fp.grad_shard()); }, opts.reproducible);
     for (auto& w : avg.works) wait_timed(*w);
     avg.finish();
+    if (zpp) zpp->finish_replica_average(*this);
   }
   for (auto& u : units) {
     if (u->reshard_after_backward && !u->is_ignored) reshard(*u);

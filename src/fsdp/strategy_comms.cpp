@@ -14,7 +14,7 @@ namespace {
 // The communicators of strategy s on the mesh, one backend on every rank. device: the rank's
 // CUDA device or -1.
 StrategyComms make_strategy_comms(Strategy s, const runtime::DeviceMesh& mesh, const std::string& backend,
-                                  int device, const comm::CommOptions& opts) {
+                                  int device, const comm::CommOptions& opts, bool secondary_shards) {
   ST_USER_CHECK(choices::index_of(choices::kBackends, backend) >= 0, "unknown comm.backend '", backend, "' (",
                 choices::joined(choices::kBackends), ")");
   // Every rank must choose the same backend or the groups never meet.
@@ -38,6 +38,7 @@ StrategyComms make_strategy_comms(Strategy s, const runtime::DeviceMesh& mesh, c
     sc.shard = make(mesh.world_comm(), "shard[world]");
     sc.shard_rs = make(mesh.world_comm(), "shard[world].rs");
     sc.shard_mpi = mesh.world_comm();
+    if (secondary_shards && s == Strategy::FullShard) sc.node = make(mesh.shard_comm(), mesh.shard_group_name() + ".hpz");
   }
   return sc;
 }
@@ -77,7 +78,8 @@ ShardedGroups open_groups(MPI_Comm world, const GroupOptions& o) {
     // The MPI backend reduces host memory; NCCL reduces device memory.
     ST_USER_CHECK(!(g.device.is_cuda() && o.backend == "mpi"), "comm.backend = mpi reduces host memory, but "
                   "run.device places this run on ", g.device.str(), ": use comm.backend = auto or nccl");
-    g.comms = make_strategy_comms(o.strategy, *g.mesh, o.backend, g.device.is_cuda() ? g.device.index() : -1, o.comm);
+    g.comms = make_strategy_comms(o.strategy, *g.mesh, o.backend, g.device.is_cuda() ? g.device.index() : -1, o.comm,
+                                 o.secondary_shards);
   });
   return g;
 }

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "shardtrain/fsdp/engine.h"
+#include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 
@@ -131,6 +132,12 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   const int64_t U_blk2 = reshard_fwd ? Ur + Ub * (1 + (prefetch && nb >= 3 ? 1 : 0)) : Ur + std::max<int64_t>(0, nb - 1) * Ub;
   const int64_t U_blk3 = reshard_fwd ? Ur + Ub * (1 + (prefetch && nb >= 4 ? 1 : 0)) : Ur + std::max<int64_t>(0, nb - 2) * Ub;
   const int64_t U_end = no_shard ? Ur + nb * Ub : Ur;
+  // fsdp.secondary_shards (hpZ, full_shard): each block keeps 1/node of its unsharded bytes from
+  // its forward until its backward gathers it (the block in backward and the one prefetched have
+  // taken theirs).
+  const int Gn = ps.shard_group_size > 0 ? ps.shard_group_size : ps.ranks_per_host;
+  const int64_t sec = ps.engine.compression.secondary_shards && st == fsdp::Strategy::FullShard && Gn > 0 ? Ub / Gn : 0;
+  auto secs = [&](int64_t taken) { return std::max<int64_t>(0, nb - taken) * sec; };
   // A finished block's reduce-scatter input and output stay until it is retired, and the
   // engine retires by count only: fsdp::kMaxPendingReductions (2) are kept, whether or not
   // they have completed, so two are held once two blocks have finished, in every run.
@@ -145,24 +152,24 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   if (!rc) {
     const int64_t saved_all = a.inputs + a.embed_saved + L * a.block_saved + a.head_saved;
     const int64_t B0 = a.inputs + a.embed_saved + L * a.block_saved - a.block_out_saved + a.grad_in + a.held_grad;
-    at.push_back({"loss", U_fwd_end, 0, saved_all + a.head_fwd_work});
-    at.push_back({"loss backward", U_fwd_end, 0, saved_all + a.head_bwd_work});
-    at.push_back({"head backward", U_fwd_end, Gr, saved_all + a.head_bwd_mm});
-    at.push_back({"last block backward", U_blk, Gr + Gb, B0 + bwd_work});
-    if (L >= 2) at.push_back({"next-to-last block backward", U_blk2, Gr + Gb + pending, B0 - a.block_saved + bwd_work});
-    if (L >= 3) at.push_back({"third-to-last block backward", U_blk3, Gr + Gb + kMaxPending * pending, B0 - 2 * a.block_saved + bwd_work});
+    at.push_back({"loss", U_fwd_end + secs(0), 0, saved_all + a.head_fwd_work});
+    at.push_back({"loss backward", U_fwd_end + secs(0), 0, saved_all + a.head_bwd_work});
+    at.push_back({"head backward", U_fwd_end + secs(0), Gr, saved_all + a.head_bwd_mm});
+    at.push_back({"last block backward", U_blk + secs(1 + prefetch), Gr + Gb, B0 + bwd_work});
+    if (L >= 2) at.push_back({"next-to-last block backward", U_blk2 + secs(2 + prefetch), Gr + Gb + pending, B0 - a.block_saved + bwd_work});
+    if (L >= 3) at.push_back({"third-to-last block backward", U_blk3 + secs(3 + prefetch), Gr + Gb + kMaxPending * pending, B0 - 2 * a.block_saved + bwd_work});
   } else {
     const int64_t kept = a.inputs + a.embed_saved_rc + L * a.block_io + a.last_out_kept;
     const int64_t B0 = a.inputs + a.embed_saved_rc + L * a.block_io + a.grad_in + a.held_grad + a.block_saved +
                        (a.block_out_saved == 0 ? a.block_io : 0);
-    at.push_back({"loss", U_fwd_end, 0, kept + a.head_saved + a.head_fwd_work});
-    at.push_back({"loss backward", U_fwd_end, 0, kept + a.head_saved + a.head_bwd_work});
-    at.push_back({"head backward", U_fwd_end, Gr, kept + a.head_saved + a.head_bwd_mm});
-    at.push_back({"last block backward", U_blk, Gr + Gb, B0 + bwd_work});
+    at.push_back({"loss", U_fwd_end + secs(0), 0, kept + a.head_saved + a.head_fwd_work});
+    at.push_back({"loss backward", U_fwd_end + secs(0), 0, kept + a.head_saved + a.head_bwd_work});
+    at.push_back({"head backward", U_fwd_end + secs(0), Gr, kept + a.head_saved + a.head_bwd_mm});
+    at.push_back({"last block backward", U_blk + secs(1 + prefetch), Gr + Gb, B0 + bwd_work});
     // The next block recomputes the same activations while the previous block's reduction is
     // still pending (its inputs stay with the recomputation nodes).
-    if (L >= 2) at.push_back({"next-to-last block backward", U_blk2, Gr + Gb + pending, B0 + bwd_work});
-    if (L >= 3) at.push_back({"third-to-last block backward", U_blk3, Gr + Gb + kMaxPending * pending, B0 + bwd_work});
+    if (L >= 2) at.push_back({"next-to-last block backward", U_blk2 + secs(2 + prefetch), Gr + Gb + pending, B0 + bwd_work});
+    if (L >= 3) at.push_back({"third-to-last block backward", U_blk3 + secs(3 + prefetch), Gr + Gb + kMaxPending * pending, B0 + bwd_work});
   }
   // Recomputation nodes keep their block's input until the graph is freed after backward.
   at.push_back({"embedding backward", U_end, Gr + pending_end,
@@ -209,6 +216,77 @@ double link_weight(const PlanSettings& ps, int edges) {
   return i < ps.shared_link_weights.size() ? ps.shared_link_weights[i] : ps.inter_host_weight * edges;
 }
 
+// Communication per rank per step of plan p (its units and groups already set), with the
+// quantized weight gather (qw) and / or the quantized replica average (qg): ring algorithms, an
+// all-gather or reduce-scatter over S ranks sends (S-1)/S of the buffer, an all-reduce over R
+// ranks 2(R-1)/R; quantized, a gather sends (S-1) packed shards (int8 + an fp32 scale per
+// fsdp.quant_block values) and the replica average is an all-gather of R-1 packed shards. The
+// accuracy guard adds the exact collective every quant_guard_every steps (amortised here).
+namespace {
+struct CommCost {
+  CommVolume volume;
+  double cost = 0;
+};
+CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPlan& p, bool qw, bool qg, bool hp) {
+  CommCost out;
+  const int N = ps.ranks, G = ps.ranks_per_host, S = p.shard_size;
+  // hpZ: full_shard's backward gathers run over the node group (parallel.shard_group_size or the
+  // host), inside the host, in full param_dtype from the secondary shards.
+  const int Gn = ps.shard_group_size > 0 ? ps.shard_group_size : G;
+  double ag_node = 0;
+  const int64_t block = ps.engine.compression.block;
+  const double guard = ps.engine.compression.guard_every > 0 ? 1.0 / ps.engine.compression.guard_every : 0.0;
+  const int64_t b_reduce = dtype_bytes(ps.engine.mp.reduce_dtype);
+  double ag = 0, rs = 0, ar_rep = 0, ar_world = 0;
+  const double ring = S > 1 ? static_cast<double>(S - 1) / S : 0.0;
+  const int R = p.replicate_size;
+  for (const auto& u : p.units) {
+    for (const auto& f : u.flats) {
+      if (u.is_ignored) {
+        if (N > 1) ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
+        continue;
+      }
+      const int gathers = u.is_root ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
+      if (st != fsdp::Strategy::NoShard) {
+        const double plain = ring * f.padded * f.elem_bytes();
+        const double packed = S > 1 ? (S - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) : 0.0;
+        if (hp && gathers == 2) {
+          ag += ps.grad_accum * (qw ? packed + guard * plain : plain);
+          ag_node += ps.grad_accum * (Gn - 1.0) / Gn * f.padded * f.elem_bytes();
+        } else {
+          ag += ps.grad_accum * gathers * (qw ? packed + guard * plain : plain);
+        }
+        rs += ps.grad_accum * ring * f.padded * b_reduce;
+      }
+      if (R > 1) {
+        const double plain = 4.0 * f.shard_numel * 2.0 * (R - 1) / R;
+        ar_rep += qg ? (R - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) + guard * plain : plain;
+      }
+    }
+  }
+  out.volume.all_gather = static_cast<int64_t>(ag + ag_node);
+  out.volume.reduce_scatter = static_cast<int64_t>(rs);
+  out.volume.all_reduce = static_cast<int64_t>(ar_rep + ar_world);
+  const int64_t shard_part = static_cast<int64_t>(ag) + out.volume.reduce_scatter;
+  (p.shard_spans_hosts ? out.volume.inter_host : out.volume.intra_host) += shard_part;
+  out.volume.intra_host += static_cast<int64_t>(ag_node);
+  (p.replicate_spans_hosts || (st == fsdp::Strategy::NoShard && N > G) ? out.volume.inter_host : out.volume.intra_host) +=
+      out.volume.all_reduce;
+  // What crosses the busiest host's link, and the cost of each family of rings: bytes per rank
+  // times max(1, link_weight(edges that share the link)): a ring runs at its slowest edge, and
+  // the rings of one family run at the same time (hybrid_shard's replicate groups all cross one
+  // link, and the flows that share it get what the measured weight says, not a fair split).
+  // Ignored units' all-reduces run over the world (a replicate family of shard size 1).
+  const int es = ring_edges_leaving_busiest_host(N, G, S, true);
+  const int er = ring_edges_leaving_busiest_host(N, G, S, false);
+  const int ew = ring_edges_leaving_busiest_host(N, G, 1, false);
+  out.volume.inter_host_link = static_cast<int64_t>(es * (ag + rs) + er * ar_rep + ew * ar_world);
+  auto cost = [&](double bytes, int edges) { return bytes * std::max(1.0, link_weight(ps, edges)); };
+  out.cost = cost(ag + rs, es) + cost(ar_rep, er) + cost(ar_world, ew) + ag_node;
+  return out;
+}
+}  // namespace
+
 StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   StrategyPlan p;
   p.strategy = st;
@@ -235,44 +313,20 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   p.mem_recompute = detail::peak_memory(ps, st, p.units, S, a, true);
   p.mem = ps.engine.activation_checkpointing ? p.mem_recompute : p.mem_no_recompute;
 
-  // Communication per rank per step (ring algorithms: an all-gather or reduce-scatter over S
-  // ranks sends (S-1)/S of the buffer, an all-reduce over R ranks 2(R-1)/R).
-  const int64_t b_reduce = dtype_bytes(ps.engine.mp.reduce_dtype);
-  double ag = 0, rs = 0, ar_rep = 0, ar_world = 0;
-  const double ring = S > 1 ? static_cast<double>(S - 1) / S : 0.0;
-  const int R = p.replicate_size;
-  for (const auto& u : p.units) {
-    for (const auto& f : u.flats) {
-      if (u.is_ignored) {
-        if (N > 1) ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
-        continue;
-      }
-      const int gathers = u.is_root ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
-      if (st != fsdp::Strategy::NoShard) {
-        ag += ps.grad_accum * gathers * ring * f.padded * f.elem_bytes();
-        rs += ps.grad_accum * ring * f.padded * b_reduce;
-      }
-      if (R > 1) ar_rep += 4.0 * f.shard_numel * 2.0 * (R - 1) / R;
-    }
-  }
-  p.comm.all_gather = static_cast<int64_t>(ag);
-  p.comm.reduce_scatter = static_cast<int64_t>(rs);
-  p.comm.all_reduce = static_cast<int64_t>(ar_rep + ar_world);
-  const int64_t shard_part = p.comm.all_gather + p.comm.reduce_scatter;
-  (p.shard_spans_hosts ? p.comm.inter_host : p.comm.intra_host) += shard_part;
-  (p.replicate_spans_hosts || (st == fsdp::Strategy::NoShard && N > G) ? p.comm.inter_host : p.comm.intra_host) +=
-      p.comm.all_reduce;
-  // What crosses the busiest host's link, and the cost of each family of rings: bytes per rank
-  // times max(1, link_weight(edges that share the link)): a ring runs at its slowest edge, and
-  // the rings of one family run at the same time (hybrid_shard's replicate groups all cross one
-  // link, and the flows that share it get what the measured weight says, not a fair split).
-  // Ignored units' all-reduces run over the world (a replicate family of shard size 1).
-  const int es = ring_edges_leaving_busiest_host(N, G, S, true);
-  const int er = ring_edges_leaving_busiest_host(N, G, S, false);
-  const int ew = ring_edges_leaving_busiest_host(N, G, 1, false);
-  p.comm.inter_host_link = static_cast<int64_t>(es * (ag + rs) + er * ar_rep + ew * ar_world);
-  auto cost = [&](double bytes, int edges) { return bytes * std::max(1.0, link_weight(ps, edges)); };
-  p.comm_cost = cost(ag + rs, es) + cost(ar_rep, er) + cost(ar_world, ew);
+  // Communication per rank per step, with the deck's quantization options (fsdp.quantize_*)
+  // where this strategy runs them, and each option alone for the report.
+  const fsdp::Compression& c = ps.engine.compression;
+  const bool qw_ok = st != fsdp::Strategy::NoShard, qg_ok = fsdp::is_hybrid(st), hp_ok = st == fsdp::Strategy::FullShard;
+  CommCost deck =
+      comm_volume(ps, st, p, c.quantize_weights && qw_ok, c.quantize_grads && qg_ok, c.secondary_shards && hp_ok);
+  p.comm = deck.volume;
+  p.comm_cost = deck.cost;
+  auto inter = [&](bool qw, bool qg, bool hp) { return comm_volume(ps, st, p, qw, qg, hp).volume.inter_host; };
+  p.inter_host_plain = inter(false, false, false);
+  p.inter_host_qwz = qw_ok ? inter(true, false, false) : -1;
+  p.inter_host_qgz = qg_ok ? inter(false, true, false) : -1;
+  p.inter_host_hpz = hp_ok ? inter(false, false, true) : -1;
+  p.inter_host_all = qw_ok ? inter(true, qg_ok, hp_ok) : -1;
   return p;
 }
 
@@ -514,6 +568,13 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   row("intra-host / step", [](const StrategyPlan& p) { return format_bytes(p.comm.intra_host); });
   row("inter-host / step", [](const StrategyPlan& p) { return format_bytes(p.comm.inter_host); });
   row("host link / step", [](const StrategyPlan& p) { return format_bytes(p.comm.inter_host_link); });
+  // What each quantization option would leave between hosts (fsdp.quantize_weights / _grads).
+  auto opt_bytes = [](int64_t b) { return b < 0 ? std::string("-") : format_bytes(b); };
+  row("inter-host, plain", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_plain); });
+  row("  + quantize_weights", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_qwz); });
+  row("  + quantize_grads", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_qgz); });
+  row("  + secondary_shards", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_hpz); });
+  row("  + all that apply", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_all); });
   row("peak at", [](const StrategyPlan& p) { return p.mem.peak_at; });
   os << "\n";
   for (const auto& p : plans) os << sharding_diagram(ps, p) << "\n";

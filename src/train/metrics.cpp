@@ -87,7 +87,14 @@ std::string MetricsLog::format_step(const StepRecord& r) {
                       {"comm_share", r.comm_share},
                       {"peak_mem_bytes", r.peak_mem_bytes},
                       {"peak_tensor_bytes", r.peak_tensor_bytes},
-                      {"tokens_seen", r.tokens_seen}};
+                      {"tokens_seen", r.tokens_seen},
+                      {"intra_node_bytes", r.intra_node_bytes},
+                      {"inter_node_bytes", r.inter_node_bytes}};
+  if (r.quantized) {
+    j["quant_fallbacks"] = r.quant_fallbacks;
+    if (r.quant_weight_err >= 0) j["quant_weight_err"] = r.quant_weight_err;
+    if (r.quant_grad_err >= 0) j["quant_grad_err"] = r.quant_grad_err;
+  }
   if (dev) j["peak_device_bytes"] = r.peak_device_bytes;
   if (r.mfu_matmul > 0) j["mfu_matmul"] = r.mfu_matmul;
   if (!r.items_are_tokens) j["tokens_per_s"] = r.items_per_s;  // the key tools expect; here: samples

@@ -18,6 +18,7 @@ StepLogger::StepLogger(MetricsLog& log, fsdp::Engine& engine, ThroughputModel m,
                        MPI_Comm world)
     : log_(log), engine_(engine), m_(m), every_(every), max_steps_(max_steps), world_(world) {
   ST_MPI_CHECK(MPI_Comm_size(world_, &size_));
+  bytes_mark_ = engine_.comm_stats();
 }
 
 void StepLogger::after_step(int64_t step, int64_t tokens_seen, const StepResult& s) {
@@ -49,6 +50,17 @@ void StepLogger::after_step(int64_t step, int64_t tokens_seen, const StepResult&
   r.peak_device_bytes = static_cast<int64_t>(
       allreduce(static_cast<double>(engine_.memory().device_peak_allocated_bytes), MPI_MAX, world_));
   r.tokens_seen = tokens_seen;
+  const fsdp::CommStats cs = engine_.comm_stats();
+  r.intra_node_bytes =
+      allreduce(static_cast<double>(cs.intra_node_bytes - bytes_mark_.intra_node_bytes), MPI_SUM, world_) / window_steps_;
+  r.inter_node_bytes =
+      allreduce(static_cast<double>(cs.inter_node_bytes - bytes_mark_.inter_node_bytes), MPI_SUM, world_) / window_steps_;
+  bytes_mark_ = cs;
+  // The guard's numbers are the same on every rank (agreed over the shard group, replicas equal).
+  r.quantized = engine_.options().compression.any();
+  r.quant_weight_err = cs.weight_rel_error;
+  r.quant_grad_err = cs.grad_rel_error;
+  r.quant_fallbacks = cs.weight_fallbacks + cs.grad_fallbacks;
   log_.log_step(r);
   window_s_ = window_comm_ = 0;
   window_steps_ = 0;

@@ -39,6 +39,7 @@ class StepLogger {
   double window_s_ = 0, window_comm_ = 0;
   int64_t window_steps_ = 0;
   double last_loss_ = 0;
+  fsdp::CommStats bytes_mark_;  // the engine's counters at the last record
 };
 
 }  // namespace shardtrain::train

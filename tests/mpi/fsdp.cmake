@@ -2,3 +2,10 @@ add_executable(test_fsdp ${CMAKE_CURRENT_LIST_DIR}/test_fsdp.cpp)
 target_link_libraries(test_fsdp PRIVATE shardtrain_mpi_gtest shardtrain::fsdp)
 shardtrain_torch_pch(test_fsdp)
 add_mpi_test(NAME fsdp TARGET test_fsdp NP 1 2 3 4 TIMEOUT 600)
+
+# ZeRO++-style quantized collectives: round trip, error feedback, the accuracy guard (4 ranks:
+# 2 simulated hosts x 2).
+add_executable(test_zeropp ${CMAKE_CURRENT_LIST_DIR}/test_zeropp.cpp)
+target_link_libraries(test_zeropp PRIVATE shardtrain_mpi_gtest shardtrain::fsdp)
+shardtrain_torch_pch(test_zeropp)
+add_mpi_test(NAME zeropp TARGET test_zeropp NP 1 4 TIMEOUT 300 LABELS fsdp)

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 
+#include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/fsdp/wrap.h"
 #include "shardtrain/model/model.h"
 #include "shardtrain/deck/deck.h"
@@ -294,4 +297,72 @@ TEST(DeckSetup, PresetChoicesAreTheModelPresets) {
     const model::ModelSpec s = train::model_spec_from_deck(d);
     EXPECT_EQ(model::parameter_count(s), model::parameter_count(model::resolve_spec(model::preset_spec(p)))) << p;
   }
+}
+
+// fsdp.quantize_*: the planner's inter-host bytes per option follow the wire format (int8 codes
+// plus an fp32 scale per block), and hpZ's secondary shards cost 1/node of each block's
+// unsharded bytes from the end of forward (the engine's own count: test_zeropp).
+TEST(MemoryPlan, QuantizedCollectivesAndSecondaryShards) {
+  PlanSettings ps = gpt2(4, 2);
+  ps.engine.compression.block = 64;
+  ps.engine.compression.guard_every = 0;  // no amortised exact collectives in the numbers
+  StrategyPlan h = train::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  // Plain: the replica all-reduce of fp32 shards (2 replicas: 2(R-1)/R = 1 shard each).
+  int64_t shard_fp32 = 0, packed = 0;
+  for (const auto& u : h.units)
+    for (const auto& f : u.flats) {
+      shard_fp32 += 4 * f.shard_numel;
+      packed += fsdp::quantized_bytes(f.shard_numel, 64);
+    }
+  EXPECT_EQ(h.inter_host_plain, shard_fp32);
+  EXPECT_EQ(h.inter_host_qgz, packed);
+  EXPECT_EQ(h.inter_host_qwz, h.inter_host_plain);  // hybrid's gathers stay inside the host
+  EXPECT_EQ(h.inter_host_hpz, -1);                  // not a hybrid option
+  EXPECT_LT(static_cast<double>(h.inter_host_all), 0.27 * static_cast<double>(h.inter_host_plain));
+
+  StrategyPlan f = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  EXPECT_EQ(f.inter_host_qgz, -1);
+  EXPECT_LT(f.inter_host_hpz, f.inter_host_plain);
+  EXPECT_LT(f.inter_host_all, f.inter_host_hpz);
+  ps.engine.compression.secondary_shards = true;
+  StrategyPlan fh = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  EXPECT_EQ(fh.comm.inter_host, f.inter_host_hpz);  // the deck's choice is what `comm` shows
+  int64_t blocks = 0, block_bytes = 0;
+  for (const auto& u : f.units)
+    if (!u.is_root && !u.is_ignored) {
+      ++blocks;
+      int64_t b = 0;
+      for (const auto& fl : u.flats) b += fl.full_bytes();
+      block_bytes = std::max(block_bytes, b);
+    }
+  ASSERT_GE(blocks, 3);
+  // At the forward's end every block's secondary shard is held, fewer as backward takes them:
+  // the peak grows by at most all of them.
+  const int64_t all_secondaries = blocks * (block_bytes / 2);
+  EXPECT_GT(fh.mem.total, f.mem.total);
+  EXPECT_LE(fh.mem.total - f.mem.total, all_secondaries) << f.mem.peak_at << " / " << fh.mem.peak_at;
+}
+
+// Every strategy x ZeRO++ option: the deck reading either keeps the option (the engine runs it:
+// test_zeropp, e2e_train_zeropp) or refuses with a UserError naming the key (exit 2).
+TEST(DeckSetup, EveryStrategyOptionCombinationRunsOrIsRefusedByName) {
+  const std::map<std::string, std::set<std::string>> runs = {
+      {"fsdp.quantize_weights", {"full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2"}},
+      {"fsdp.quantize_grads", {"hybrid_shard", "hybrid_shard_zero2"}},
+      {"fsdp.secondary_shards", {"full_shard"}}};
+  for (const auto& [key, ok] : runs)
+    for (const char* strat : {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"})
+      for (bool offload : {false, true}) {
+        deck::Deck d = deck::Deck::defaults({std::string("parallel.strategy=") + strat, key + "=true",
+                                             std::string("fsdp.cpu_offload=") + (offload ? "true" : "false")});
+        const bool expect = ok.count(strat) && !offload;
+        try {
+          fsdp::Compression c = train::compression_from_deck(d, fsdp::parse_strategy(strat));
+          EXPECT_TRUE(expect) << key << " with " << strat << (offload ? " + cpu_offload" : "") << " was not refused";
+          EXPECT_TRUE(c.quantize_weights || c.quantize_grads || c.secondary_shards);
+        } catch (const UserError& e) {
+          EXPECT_FALSE(expect) << key << " with " << strat << ": " << e.what();
+          EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+        }
+      }
 }

@@ -29,6 +29,9 @@ struct EngineComms {
   comm::Comm* shard_rs = nullptr;
   comm::Comm* replicate = nullptr;
   comm::Comm* world = nullptr;
+  // The ranks of this rank's node (the mesh's shard group), for full_shard's secondary shards
+  // (Compression::secondary_shards); nullptr otherwise.
+  comm::Comm* node = nullptr;
 };
 
 // Reduce-scatters of finished units kept in flight during backward: each holds its unit's
@@ -51,12 +54,28 @@ struct MemoryStats {
   int64_t live_grad_buffer_bytes = 0;  // unsharded gradient buffers allocated now
   int64_t peak_grad_buffer_bytes = 0;
   int max_all_gathers_in_flight = 0;
+  int64_t live_secondary_bytes = 0;  // secondary (intra-node) shards kept after forward (hpZ)
+  int64_t peak_secondary_bytes = 0;
   double exposed_comm_seconds = 0;  // training thread blocked on collectives, cumulative
   // From the CUDA caching allocator of the engine's device (everything the process allocated
   // there, not only the engine's buffers): torch.cuda.memory_allocated / max_memory_allocated.
   // -1 on a CPU device.
   int64_t device_allocated_bytes = -1;
   int64_t device_peak_allocated_bytes = -1;
+};
+
+// What the engine's collectives sent, and what the accuracy guard of the quantized collectives
+// found. Bytes: what this rank sends under a ring model of each collective (all-gather and
+// reduce-scatter (S-1) pieces, all-reduce 2(S-1)/S of the buffer), counted between nodes when
+// the rank's successor in the group's ring lives on another host; cumulative.
+struct CommStats {
+  int64_t intra_node_bytes = 0;
+  int64_t inter_node_bytes = 0;
+  int64_t guard_checks = 0;        // guard evaluations so far (weights and gradients)
+  double weight_rel_error = -1;    // the last guard step's largest relative error (-1: none yet)
+  double grad_rel_error = -1;
+  int weight_fallbacks = 0;        // flats whose weight gather fell back to full precision
+  int grad_fallbacks = 0;          // flats whose replica average fell back to full precision
 };
 
 class Engine {
@@ -91,6 +110,19 @@ class Engine {
   // Unsharded parameter bytes currently allocated by unit i (0 when resharded).
   int64_t unit_live_bytes(int i) const;
   MemoryStats memory() const;
+  CommStats comm_stats() const;
+  // Error-feedback residuals of the quantized gradient reduction (fsdp.quantize_grads): what a
+  // checkpoint carries for an exact resume, as extra per-flat states named "qgz_residual.r<k>",
+  // k < R replicas; entry [flat][k] is replica k's residual of this rank's shard (fp32
+  // [shard_numel], host memory), the same on every replica. Empty without quantize_grads.
+  std::vector<std::string> residual_names() const;
+  // The host copies, kept by the engine: gather = true all-gathers the residuals across the
+  // replicate groups into them (collective; before a save), false only sizes them (a load's
+  // destination).
+  std::vector<std::vector<at::Tensor>>& residual_staging(bool gather);
+  // After a load into residual_staging(false): each rank takes its replica's residual (and
+  // the quantized copies of the masters are made again).
+  void load_residuals();
   // Also resets the device allocator's peak (max_memory_allocated).
   void reset_peaks();
   // The device the engine computes on (options().device, with an index for CUDA).

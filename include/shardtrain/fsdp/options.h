@@ -30,6 +30,22 @@ struct MixedPrecision {
   std::vector<std::string> keep_fp32;        // parameter-name substrings kept in fp32
 };
 
+// Less traffic between nodes (ZeRO++; docs/strategies.md). Deck keys fsdp.quantize_weights,
+// fsdp.quantize_grads, fsdp.quant_block, fsdp.quant_guard_every, fsdp.quant_guard_threshold,
+// fsdp.secondary_shards.
+struct Compression {
+  bool quantize_weights = false;  // qwZ: the weight all-gather moves int8 codes + per-block scales
+  bool quantize_grads = false;    // qgZ: the gradient average across replicas in int8, error feedback
+  int64_t block = 256;            // values per quantization block (one fp32 scale each)
+  int guard_every = 0;            // every K optimizer steps also compute the exact result; 0 = off
+  double guard_threshold = 0.05;  // relative error above which a unit falls back to full precision
+  // hpZ (FSDP2's reshard_after_forward = <node size>): full_shard keeps, after a unit's forward,
+  // a secondary shard over the ranks of its node, so the backward all-gather stays inside the
+  // node. Needs EngineComms::node.
+  bool secondary_shards = false;
+  bool any() const { return quantize_weights || quantize_grads || secondary_shards; }
+};
+
 struct EngineOptions {
   Strategy strategy = Strategy::FullShard;
   MixedPrecision mp;
@@ -60,6 +76,10 @@ struct EngineOptions {
   // 1 / leaves); the gradient norm is an exact sum. Needs power-of-two groups, fp32 reduction
   // and a backend with tree collectives (MPI).
   bool reproducible = false;
+  Compression compression;
+  // This rank's host (runtime::Topology::host_id): the byte counters split what each rank sends
+  // into inside and between nodes by it. -1: unknown, everything counts as inside the node.
+  int host_id = -1;
 };
 
 }  // namespace shardtrain::fsdp

@@ -22,8 +22,9 @@ namespace shardtrain::fsdp {
 // they overlap the all-gathers of the next unit. Owns the Comm objects.
 struct StrategyComms {
   std::unique_ptr<comm::Comm> world, shard, shard_rs, replicate;
+  std::unique_ptr<comm::Comm> node;  // full_shard with secondary shards: the mesh's shard group
   MPI_Comm shard_mpi = MPI_COMM_SELF;  // the MPI group of `shard` (SELF when not sharded)
-  EngineComms engine() const { return {shard.get(), shard_rs.get(), replicate.get(), world.get()}; }
+  EngineComms engine() const { return {shard.get(), shard_rs.get(), replicate.get(), world.get(), node.get()}; }
   int shard_size() const { return shard ? shard->size() : 1; }
   int replicate_size() const { return replicate ? replicate->size() : 1; }
 };
@@ -41,6 +42,7 @@ struct GroupOptions {
   int shard_group_size = 0;         // parallel.shard_group_size (0: ranks per host)
   std::string device = "cpu";       // run.device: auto | cpu | cuda
   std::string backend = "auto";     // comm.backend: auto | mpi | nccl
+  bool secondary_shards = false;    // fsdp.secondary_shards: full_shard also opens the node group
   comm::CommOptions comm;
 };
 

@@ -83,6 +83,10 @@ struct StrategyPlan {
   // Sum over the collectives' ring families of bytes per rank x max(1, link_weight(the family's
   // ring edges on the busiest host's link)): intra-host bytes of equal time.
   double comm_cost = 0;
+  // Inter-host bytes per rank per step without the ZeRO++ options, with fsdp.quantize_weights
+  // alone, quantize_grads alone, secondary_shards alone, and every one this strategy runs (-1:
+  // the strategy does not run that option). `comm` is the deck's choice.
+  int64_t inter_host_plain = 0, inter_host_qwz = -1, inter_host_qgz = -1, inter_host_hpz = -1, inter_host_all = -1;
 };
 
 // What one byte costs, in intra-host bytes, on a ring edge of a family whose rings put `edges`

@@ -27,6 +27,14 @@ struct StepRecord {
   int64_t peak_tensor_bytes = 0;  // max over ranks: peak CPU tensor bytes since start + optimizer state
   int64_t peak_device_bytes = -1;  // max over ranks: CUDA max_memory_allocated; -1 = CPU device
   int64_t tokens_seen = 0;
+  // Bytes the engine's collectives sent per step, summed over ranks, inside nodes and between
+  // them (fsdp::CommStats' ring model), the mean over the steps since the last record.
+  double intra_node_bytes = 0, inter_node_bytes = 0;
+  // Quantized collectives (fsdp.quantize_*): the last accuracy-guard step's largest relative
+  // errors (-1: not measured yet) and the flats fallen back to full precision so far.
+  bool quantized = false;
+  double quant_weight_err = -1, quant_grad_err = -1;
+  int64_t quant_fallbacks = 0;
 };
 
 struct EvalRecord {

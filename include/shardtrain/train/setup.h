@@ -31,6 +31,10 @@ void register_model_choices();
 // comm.timeout_s and comm.flight_recorder for every communicator of a job.
 comm::CommOptions comm_options_from_deck(const deck::Deck& d);
 fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::Model& m);
+// The fsdp.quantize_* / quant_* keys; a combination the engine does not run (quantize_grads
+// without a hybrid strategy, quantize_weights with no_shard, either with cpu_offload or
+// train.reproducible) is a UserError naming the key (compression_keys.cpp).
+fsdp::Compression compression_from_deck(const deck::Deck& d, fsdp::Strategy strategy);
 fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d);
 // A warmup as long as the run (or the decay) is scaled to a tenth of it; `note` (when given)
 // receives the one line saying so, naming both keys.
