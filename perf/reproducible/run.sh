@@ -20,7 +20,7 @@ trap 'rm -rf "$work"' EXIT
 mpi=(mpirun --oversubscribe --bind-to none)
 [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
 deck=$root/perf/scaling/gpt2-byte.toml
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; $STEPS steps, best-of-median over $REPS alternations"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; $STEPS steps, medians over $REPS alternations"
 # step_ms DIR: median step_ms of steps >= 3.
 step_ms() {
   /usr/bin/python3 - "$1/metrics.jsonl" <<'PY'
