@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <mpi.h>
 
+#include "shardtrain/comm/comm.h"
+
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +13,13 @@ namespace shardtrain::comm::testing {
 
 inline int world_rank() { int r; MPI_Comm_rank(MPI_COMM_WORLD, &r); return r; }
 inline int world_size() { int n; MPI_Comm_size(MPI_COMM_WORLD, &n); return n; }
+
+// The MPI backend over MPI_COMM_WORLD, with a timeout that ends a hung test.
+inline std::unique_ptr<Comm> world_comm() {
+  CommOptions o;
+  o.timeout_s = 120;
+  return make_mpi_comm(MPI_COMM_WORLD, "world", o);
+}
 
 // Small integers in [-5, 5] that depend on the rank and the index, so that sums over a
 // few ranks are exact in every dtype (bf16 included) and a misplaced chunk is visible.

@@ -15,12 +15,6 @@ using namespace shardtrain::comm::testing;
 
 namespace {
 
-std::unique_ptr<Comm> world_comm() {
-  CommOptions o;
-  o.timeout_s = 120;
-  return make_mpi_comm(MPI_COMM_WORLD, "world", o);
-}
-
 // The small sizes, then the large one.
 std::vector<int64_t> all_sizes() {
   std::vector<int64_t> v = small_sizes();

@@ -14,12 +14,6 @@ using namespace shardtrain::comm::testing;
 
 namespace {
 
-std::unique_ptr<Comm> world_comm() {
-  CommOptions o;
-  o.timeout_s = 120;
-  return make_mpi_comm(MPI_COMM_WORLD, "world", o);
-}
-
 // Values whose sums round (unlike comm_test_util's small integers): a different association
 // would show in the low bits.
 at::Tensor leaf_values(int leaf, int64_t numel, at::ScalarType dtype) {
