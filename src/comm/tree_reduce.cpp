@@ -5,7 +5,6 @@
 #include <climits>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "half.h"
 #include "internal.h"
@@ -97,10 +96,9 @@ void all_reduce(MPI_Comm comm, int r, int n, T* data, int64_t c, Scratch& scratc
   if (n == 1) return;
   const int64_t chunk = c / n;
   if (c % n == 0 && chunk >= 4096 && chunk <= INT_MAX) {
-    // Reduce-scatter into a copy of this rank's slice, then gather the slices back in place.
-    std::vector<T> mine(static_cast<size_t>(chunk));
-    reduce_scatter<T>(comm, r, n, data, mine.data(), chunk, scratch);
-    std::memcpy(data + r * chunk, mine.data(), sizeof(T) * static_cast<size_t>(chunk));
+    // Reduce-scatter into this rank's slice, then gather the slices back in place. The slice
+    // may be the output: reduce_scatter reads `in` only in its first step, before any write.
+    reduce_scatter<T>(comm, r, n, data, data + r * chunk, chunk, scratch);
     ST_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, static_cast<int>(chunk), storage, data, static_cast<int>(chunk), storage,
                                comm));
     return;

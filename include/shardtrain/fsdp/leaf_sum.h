@@ -43,16 +43,6 @@ class LeafSum {
     pushes_ = 0;
     return left == 1 ? top : at::Tensor();
   }
-  void clear() {
-    partials_.clear();
-    pushes_ = 0;
-  }
-  int64_t live_bytes() const {
-    int64_t b = 0;
-    for (const auto& p : partials_)
-      if (p.defined()) b += p.nbytes();
-    return b;
-  }
 
  private:
   std::vector<at::Tensor> partials_;  // partials_[l]: the sum of 2^l pushes, or undefined
