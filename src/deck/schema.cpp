@@ -56,6 +56,10 @@ std::vector<KeySpec> build_schema() {
         "where each rank computes: auto = its GPU when libtorch has CUDA and every rank has a GPU of its own, "
         "else the CPU; cuda = its GPU (an error without one); cpu")
         .one_of(choices::as_list(choices::kDevices)),
+    Bool("run.reuse_host_memory", true,
+         "keep freed host memory in the process for the next step's allocations (glibc: no mmap for large "
+         "blocks, no trimming) instead of returning it and faulting it in again each step; resident memory "
+         "then stays at the heap's high-water mark; false = glibc's defaults"),
 
     // [parallel]
     Str("parallel.strategy", "full_shard", "how parameters, gradients and optimizer state are sharded")

@@ -6,6 +6,7 @@
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/host_memory.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 #include "spec_json.h"
@@ -15,6 +16,7 @@ namespace shardtrain::train {
 ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOptions& o) {
   ShardedJob j;
   fsdp::GroupOptions go;
+  bool reuse_host_memory = true;
   runtime::run_agreed(world, [&] {
     go.strategy = o.strategy ? *o.strategy : fsdp::parse_strategy(d.get_string("parallel.strategy"));
     go.simulate_ranks_per_host =
@@ -26,7 +28,13 @@ ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOption
     go.secondary_shards = d.get_bool("fsdp.secondary_shards");
     j.spec = o.spec ? *o.spec : model_spec_from_deck(d);
     check_thread_keys(d);
+    reuse_host_memory = d.get_bool("run.reuse_host_memory");
   });
+  int rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  if (reuse_host_memory && !keep_freed_host_memory() && rank == 0)
+    log::warn("run.reuse_host_memory: this C library does not take glibc's malloc settings; host memory is "
+              "returned on free as before");
   j.threads = threads_per_rank(d, runtime::real_host_ranks(world).size);
   at::set_num_threads(j.threads);
   fsdp::ShardedGroups g = fsdp::open_groups(world, go);

@@ -1,9 +1,13 @@
 // util: error messages carry rank and file:line; memory readings are sane.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <cstdlib>
 #include <vector>
 
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/host_memory.h"
 #include "shardtrain/util/memory.h"
 
 using namespace shardtrain;
@@ -42,4 +46,32 @@ TEST(Memory, PeakCoversAnAllocationWeTouched) {
   EXPECT_GE(after.hwm_bytes, before.rss_bytes + (48 << 20));
   EXPECT_GE(after.hwm_bytes, after.rss_bytes);
   EXPECT_EQ(big[12345], 1);
+}
+
+namespace {
+// Minor page faults while touching every page of a fresh 64 MiB malloc block (then freed).
+long faults_touching_a_64mib_block() {
+  const size_t n = size_t{64} << 20;
+  char* p = static_cast<char*>(std::malloc(n));
+  if (p == nullptr) return -1;
+  rusage a{}, b{};
+  getrusage(RUSAGE_SELF, &a);
+  for (size_t i = 0; i < n; i += 4096) reinterpret_cast<volatile char*>(p)[i] = 1;
+  getrusage(RUSAGE_SELF, &b);
+  std::free(p);
+  return b.ru_minflt - a.ru_minflt;
+}
+}  // namespace
+
+// One test, in this order: glibc's default first (the setting is process-wide and one-way).
+TEST(HostMemory, FreedBlocksAreReusedWithoutFaultingAgain) {
+  // Default: a block over the mmap threshold (at most 32 MiB) is a fresh mapping every time.
+  faults_touching_a_64mib_block();
+  const long before = faults_touching_a_64mib_block();
+  ASSERT_GT(before, 0) << "a fresh 64 MiB block should fault its pages in";
+  ASSERT_TRUE(keep_freed_host_memory());
+  ASSERT_TRUE(keep_freed_host_memory()) << "idempotent";
+  faults_touching_a_64mib_block();  // the heap grows once
+  const long after = faults_touching_a_64mib_block();
+  EXPECT_LT(after * 8, before) << "freed memory should be reused: " << after << " faults vs " << before;
 }
