@@ -21,7 +21,11 @@ RANKS=${RANKS:-"2 4"}
 VOCAB=${VOCAB:-50257} SEQ=${SEQ:-256} D=${D:-384} LAYERS=${LAYERS:-6} HEADS=${HEADS:-6} MB=${MB:-2}
 THREADS=${THREADS:-1}          # intra-op threads per rank, both sides
 STEPS=${STEPS:-6}              # timed steps; 2 warm-up steps before them on both sides
-CONFIGS=${CONFIGS:-"ddp no_shard full_shard full_shard_bf16"}
+CONFIGS=${CONFIGS:-"ddp ddp_reuse no_shard full_shard full_shard_release full_shard_bf16"}
+# ddp_reuse: the PyTorch peer with glibc set as shardtrain's run.reuse_host_memory sets it (freed
+# blocks kept for reuse), so the allocator's share of the difference shows; full_shard_release:
+# shardtrain with glibc's defaults (run.reuse_host_memory = false).
+REUSE_TUNABLES="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 
 "$PY" -c "import torch" 2>/dev/null || { echo "run.sh: $PY has no torch (apt-get install -y --no-install-recommends python3-torch)" >&2; exit 1; }
@@ -48,16 +52,18 @@ for n in $RANKS; do
   for cfg in $CONFIGS; do
     log="$OUT/np${n}-${cfg}.log"
     load=$(cut -d' ' -f1 /proc/loadavg)
-    if [ "$cfg" = ddp ]; then
+    if [ "$cfg" = ddp ] || [ "$cfg" = ddp_reuse ]; then
       port=$((port + 1))
-      "${MPIRUN[@]}" -np "$n" ${OPENBLAS_CORETYPE:+-x OPENBLAS_CORETYPE} "$PY" perf/ddp/gpt2_ddp.py --vocab "$VOCAB" --seq "$SEQ" --d-model "$D" \
+      tun=""; [ "$cfg" = ddp_reuse ] && tun=$REUSE_TUNABLES
+      GLIBC_TUNABLES=$tun "${MPIRUN[@]}" -np "$n" -x GLIBC_TUNABLES ${OPENBLAS_CORETYPE:+-x OPENBLAS_CORETYPE} "$PY" perf/ddp/gpt2_ddp.py --vocab "$VOCAB" --seq "$SEQ" --d-model "$D" \
         --layers "$LAYERS" --heads "$HEADS" --micro-batch "$MB" --steps "$STEPS" --warmup 2 \
         --threads "$THREADS" --port "$port" > "$log" 2>&1 || { echo "run.sh: DDP at $n ranks failed, see $log" >&2; exit 1; }
       ms=$(grep '^{' "$log" | tail -1 | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["median_step_ms"])')
       comm=""
     else
-      strategy=$cfg dtype=fp32
+      strategy=$cfg dtype=fp32 reuse=true
       [ "$cfg" = full_shard_bf16 ] && strategy=full_shard dtype=bf16
+      [ "$cfg" = full_shard_release ] && strategy=full_shard reuse=false
       dir="$OUT/np${n}-${cfg}"
       rm -rf "$dir"
       "${MPIRUN[@]}" -np "$n" "$BIN" train perf/ddp/bench.toml --set run.out_dir="$dir" \
@@ -65,6 +71,7 @@ for n in $RANKS; do
         --set model.vocab_size="$VOCAB" --set model.seq_len="$SEQ" --set model.d_model="$D" \
         --set model.n_layers="$LAYERS" --set model.n_heads="$HEADS" --set train.micro_batch="$MB" \
         --set train.max_steps=$((STEPS + 2)) --set run.threads="$THREADS" --set data.dataset="$DATA" \
+        --set run.reuse_host_memory=$reuse \
         > "$log" 2>&1 || { echo "run.sh: shardtrain $cfg at $n ranks failed, see $log" >&2; exit 1; }
       ms=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["median_step_ms"])' "$dir/summary.json")
       comm=$("$PY" -c '
@@ -80,7 +87,9 @@ echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/header.txt"
 "$PY" - "$OUT/results.jsonl" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-names = {"ddp": "PyTorch DDP fp32", "no_shard": "shardtrain no_shard fp32",
+names = {"ddp": "PyTorch DDP fp32", "ddp_reuse": "PyTorch DDP fp32, glibc as reuse_host_memory",
+         "full_shard_release": "shardtrain full_shard fp32, reuse_host_memory = false",
+         "no_shard": "shardtrain no_shard fp32",
          "full_shard": "shardtrain full_shard fp32", "full_shard_bf16": "shardtrain full_shard bf16"}
 print()
 print("| ranks | config | median step ms | / PyTorch DDP | exposed comm | load (1 min) |")

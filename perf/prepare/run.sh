@@ -6,14 +6,14 @@
 # libtorch, MPI start, the tokenizer's files; mpirun itself at 2 ranks) that no rank count
 # divides, so the ratio on the small corpus says more about start-up than about the prepare.
 #   perf/prepare/run.sh [build-dir]     (default build/; needs bin/shardtrain)
-# Env: COPIES (default "4 32": ~17 and ~135 MB), TOKENIZER (default gpt2), REPS (default 2: best of).
+# Env: COPIES (default "4 32 128": ~17, ~135 and ~540 MB), TOKENIZER (default gpt2), REPS (default 2: best of).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$here/../.."
 build="${1:-$root/build}"
 st="$build/bin/shardtrain"
 [ -x "$st" ] || { echo "no $st: cmake --build $build -j2 --target shardtrain" >&2; exit 1; }
-COPIES=${COPIES:-"4 32"} TOKENIZER=${TOKENIZER:-gpt2} REPS=${REPS:-2}
+COPIES=${COPIES:-"4 32 128"} TOKENIZER=${TOKENIZER:-gpt2} REPS=${REPS:-2}
 work=$(mktemp -d "${TMPDIR:-/tmp}/prepare-bench-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mpi=(mpirun --oversubscribe --bind-to none)
