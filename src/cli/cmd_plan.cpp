@@ -30,6 +30,8 @@ struct PlanArgs {
   double intra_busbw = train::StepTimeSettings{}.intra_busbw_gbps;
   double latency_us = train::StepTimeSettings{}.latency_us;
   int cores_per_host = 0;     // 0: this machine's cores
+  double link_core_weight = train::StepTimeSettings{}.link_core_weight;
+  double sync_us = train::StepTimeSettings{}.sync_us;
   bool measure = false;
   std::vector<std::string> strategies;
   int steps = 2;
@@ -94,6 +96,8 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     wanted = parse_strategies(a.strategies);
     ps.step.intra_busbw_gbps = a.intra_busbw;
     ps.step.latency_us = a.latency_us;
+    ps.step.link_core_weight = a.link_core_weight;
+    ps.step.sync_us = a.sync_us;
     ps.step.cores_per_host = a.cores_per_host > 0 ? a.cores_per_host : static_cast<int>(std::thread::hardware_concurrency());
   });
   // --measure: plan for the threads the probes will use (bf16 GEMM workspace is per thread).
@@ -217,6 +221,16 @@ void add_plan(CLI::App& app, CommandFn& selected) {
                   "Step estimate: cores of one host (default: this machine's); ranks x threads above it share them "
                   "and communication does not overlap compute")
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--link-core-weight", args->link_core_weight,
+                  "Step estimate, shared cores: core time of a link byte in intra-host bytes (a TCP stack: the link "
+                  "weight measured unshaped); the link's time beyond it overlaps compute")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
+  sub->add_option("--sync-us", args->sync_us,
+                  "Step estimate, shared cores: core time lost per collective by ranks arriving out of phase "
+                  "(bench collectives --compute-ms: sync_us)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
   sub->add_option("--strategy", args->strategies, "Only these strategies (repeatable or comma-separated)");
   sub->add_flag("--measure", args->measure,
                 "Also run real steps for each strategy (needs --ranks MPI ranks) and print planned vs measured peaks");

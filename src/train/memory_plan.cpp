@@ -578,12 +578,15 @@ std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int 
 
 std::string describe_step_assumptions(const PlanSettings& ps) {
   const StepTimeSettings& t = ps.step;
-  char b[640];
+  char b[960];
   const int busy = ps.ranks_per_host * std::max(1, ps.threads);
-  char cores[160];
+  char cores[320];
   if (t.cores_per_host > 0 && t.cores_per_host < busy)
-    std::snprintf(cores, sizeof cores, "%d cores per host for %d ranks x %d threads: compute at %.2f of the rate, communication not overlapped",
-                  t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads), static_cast<double>(t.cores_per_host) / busy);
+    std::snprintf(cores, sizeof cores,
+                  "%d cores per host for %d ranks x %d threads: compute at %.2f of the rate; communication's core part "
+                  "(link bytes x %.3g, +%.4g us per collective) serialised with it",
+                  t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads), static_cast<double>(t.cores_per_host) / busy,
+                  t.link_core_weight, t.sync_us);
   else if (t.cores_per_host > 0)
     std::snprintf(cores, sizeof cores, "%d cores per host for %d ranks x %d threads: communication overlaps compute",
                   t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads));

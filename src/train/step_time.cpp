@@ -20,14 +20,21 @@ const char* to_string(CollectiveKind k) {
   return "?";
 }
 
-double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c) {
+double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c, bool shared) {
   const double bw = std::max(1e-9, s.intra_busbw_gbps) * 1e9;
-  return s.latency_us * 1e-6 * c.ring_steps + c.bytes * std::max(1.0, c.weight) / bw;
+  return s.latency_us * 1e-6 * c.ring_steps + c.bytes * std::max(1.0, c.weight) / bw + (shared ? s.sync_us * 1e-6 : 0.0);
+}
+
+double collective_core_seconds(const StepTimeSettings& s, const PlannedCollective& c) {
+  const double bw = std::max(1e-9, s.intra_busbw_gbps) * 1e9;
+  const double w = std::max(1.0, std::min(c.weight, s.link_core_weight));
+  return std::min(collective_seconds(s, c, true), c.bytes * w / bw + s.sync_us * 1e-6);
 }
 
 namespace {
 
-// A FIFO channel: the collectives of a step run one after another on the link and the copies.
+// A FIFO channel: the collectives of a step run one after another on the link (and, with cores
+// to spare, the copies).
 struct Channel {
   double free_at = 0;
   double run(double issued, double seconds) {
@@ -51,27 +58,31 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
   const double compute = rate > 0 ? in.step_flops / rate : 0.0;
   e.compute_s = compute;
 
-  // Seconds per (unit, kind) per micro-batch, and the step's all-reduces.
-  std::map<std::pair<int, CollectiveKind>, double> per_unit;
-  double replica = 0;
+  // Seconds per (unit, kind) per micro-batch, and the step's all-reduces: whole, and the part
+  // the cores spend (shared cores only; with cores to spare a free one does the copies).
+  struct Time {
+    double all = 0, core = 0;
+  };
+  std::map<std::pair<int, CollectiveKind>, Time> per_unit;
+  Time replica;
   for (const auto& c : colls) {
-    const double t = collective_seconds(s, c);
-    if (c.kind == CollectiveKind::ReplicaAllReduce) {
-      replica += t;
-      e.comm_s += t;
-    } else {
-      per_unit[{c.unit, c.kind}] += t * c.per_micro;
-      e.comm_s += t * c.per_micro * in.grad_accum;
-    }
+    const double t = collective_seconds(s, c, e.shared_cores);
+    const double k = e.shared_cores ? collective_core_seconds(s, c) : 0.0;
+    const double n = c.kind == CollectiveKind::ReplicaAllReduce ? 1.0 : c.per_micro;
+    Time& slot = c.kind == CollectiveKind::ReplicaAllReduce ? replica : per_unit[{c.unit, c.kind}];
+    slot.all += t * n;
+    slot.core += k * n;
+    const double per_step = c.kind == CollectiveKind::ReplicaAllReduce ? 1.0 : n * in.grad_accum;
+    e.comm_s += t * per_step;
+    e.comm_core_s += k * per_step;
   }
-  if (e.shared_cores || compute <= 0) {
-    // Nothing to hide behind, or no core free to move bytes while the model computes.
+  if (compute <= 0) {  // nothing to hide behind
     e.exposed_s = e.comm_s;
     return e;
   }
   auto coll = [&](int u, CollectiveKind k) {
     auto it = per_unit.find({u, k});
-    return it == per_unit.end() ? 0.0 : it->second;
+    return it == per_unit.end() ? Time{} : it->second;
   };
 
   // The units in forward order: the root (its forward wraps the blocks; its FLOPs, the head's,
@@ -107,10 +118,16 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
   Channel ch;
   double t = 0;
   std::map<int, double> gather_done;  // unit -> when its gather in flight finishes
+  // Issuing a collective: its core part runs on the compute stream (shared cores), the rest on
+  // the channel.
+  auto issue = [&](const Time& d) {
+    t += d.core;
+    return ch.run(t, d.all - d.core);
+  };
   auto issue_gather = [&](int u, CollectiveKind k) {
     if (u < 0 || gather_done.count(u)) return;
-    const double d = coll(u, k);
-    if (d > 0) gather_done[u] = ch.run(t, d);
+    const Time d = coll(u, k);
+    if (d.all > 0) gather_done[u] = issue(d);
   };
   auto wait_gather = [&](int u) {
     auto it = gather_done.find(u);
@@ -135,9 +152,9 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
     if (root >= 0) t += bwd(root) / 2;  // the head's half; the embedding's after the blocks
     std::deque<double> pending;
     auto reduce = [&](int u) {
-      const double d = coll(u, CollectiveKind::ReduceScatter);
-      if (d <= 0) return;
-      pending.push_back(ch.run(t, d));
+      const Time d = coll(u, CollectiveKind::ReduceScatter);
+      if (d.all <= 0) return;
+      pending.push_back(issue(d));
       while (pending.size() > fsdp::kMaxPendingReductions) {
         t = std::max(t, pending.front());
         pending.pop_front();
@@ -161,7 +178,7 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
     }
     for (double p : pending) t = std::max(t, p);
   }
-  t = std::max(t, ch.free_at) + replica;  // the replica average waits for everything before it
+  t = std::max(t, ch.free_at) + replica.all;  // the replica average waits for everything before it
   e.exposed_s = std::max(0.0, t - compute);
   return e;
 }

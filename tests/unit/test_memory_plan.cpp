@@ -458,17 +458,50 @@ TEST(StepTime, PrefetchHidesGathers) {
   EXPECT_GT(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.exposed_s, base);
 }
 
-// More threads than cores on a host: compute runs at the host's core share and communication
-// (core time on a CPU host) is serialised with it, nothing hidden.
+// More threads than cores on a host: compute runs at the host's core share, and the core time of
+// communication (copies, a TCP stack costing link_core_weight per link byte, the sync cost) is
+// serialised with it: with every link byte core time nothing is hidden; a slower wire's extra
+// time overlaps compute again.
 TEST(StepTime, AnOversubscribedHostSerialisesCommAndCompute) {
-  const StrategyPlan own = train::plan_strategy(timed(8, 1e-3, 2), fsdp::Strategy::FullShard);
-  const StrategyPlan shared = train::plan_strategy(timed(8, 1e-3, 1), fsdp::Strategy::FullShard);
+  PlanSettings own_ps = timed(8, 1e-3, 2), shared_ps = timed(8, 1e-3, 1);
+  shared_ps.step.link_core_weight = 8;  // the link is the stack's speed: all core time
+  const StrategyPlan own = train::plan_strategy(own_ps, fsdp::Strategy::FullShard);
+  const StrategyPlan shared = train::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
   EXPECT_FALSE(own.step.shared_cores);
   EXPECT_TRUE(shared.step.shared_cores);
   EXPECT_NEAR(shared.step.compute_s, 2 * own.step.compute_s, 1e-12);  // 2 ranks x 1 thread on 1 core
-  EXPECT_NEAR(shared.step.exposed_s, shared.step.comm_s, 1e-15);
   EXPECT_NEAR(shared.step.comm_s, own.step.comm_s, 1e-15);
+  EXPECT_NEAR(shared.step.comm_core_s, shared.step.comm_s, 1e-15);
+  EXPECT_NEAR(shared.step.exposed_s, shared.step.comm_s, 1e-12);
   EXPECT_LT(own.step.exposed_s, own.step.comm_s);
+  // A wire 8x slower than the stack (W = 64): the core part is the same, the rest can hide.
+  PlanSettings wire = shared_ps;
+  wire.inter_host_weight = 64;
+  const StrategyPlan slow = train::plan_strategy(wire, fsdp::Strategy::FullShard);
+  EXPECT_NEAR(slow.step.comm_core_s, shared.step.comm_core_s, 1e-12);
+  EXPECT_LT(slow.step.exposed_s, slow.step.comm_s);
+  EXPECT_GT(slow.step.exposed_s, shared.step.exposed_s);
+  // The sync cost: per collective, on shared cores only.
+  shared_ps.step.sync_us = 1000;
+  own_ps.step.sync_us = 1000;
+  const StrategyPlan synced = train::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
+  EXPECT_NEAR(synced.step.comm_s - shared.step.comm_s, 1e-3 * synced.collectives.size(), 1e-9);
+  EXPECT_NEAR(train::plan_strategy(own_ps, fsdp::Strategy::FullShard).step.comm_s, own.step.comm_s, 1e-15);
+}
+
+// On shared cores each collective costs its sync time: no_shard's one all-reduce against the
+// sharded strategies' per-unit collectives. Enough sync cost flips the pick to no_shard.
+TEST(StepTime, SyncCostPerCollectiveFavoursFewCollectives) {
+  PlanSettings ps = timed(8, 1e-3, 1);
+  ps.step.link_core_weight = 8;
+  auto pick = [](const PlanSettings& p) {
+    auto plans = train::plan_all(p);
+    bool rc = true;
+    return plans[train::recommend(plans, int64_t(1) << 40, &rc)].strategy;
+  };
+  EXPECT_NE(pick(ps), fsdp::Strategy::NoShard);
+  ps.step.sync_us = 1e4;
+  EXPECT_EQ(pick(ps), fsdp::Strategy::NoShard);
 }
 
 // The recommendation is the shortest estimated step among the plans that fit, and it flips where
@@ -500,9 +533,11 @@ TEST(StepTime, RecommendationFollowsTheEstimate) {
   const StrategyPlan sgo = train::plan_strategy(slow, fsdp::Strategy::ShardGradOp);
   const StrategyPlan ns = train::plan_strategy(slow, fsdp::Strategy::NoShard);
   EXPECT_LT(sgo.step.step_s(), ns.step.step_s());
-  // The same on an oversubscribed host: nothing hides, and no_shard's one all-reduce moves the
-  // bytes shard_grad_op moves (same ring): equal, and the smaller peak wins the tie.
-  const StrategyPlan sgo1 = train::plan_strategy(timed(8, 1e-5, 1), fsdp::Strategy::ShardGradOp);
-  const StrategyPlan ns1 = train::plan_strategy(timed(8, 1e-5, 1), fsdp::Strategy::NoShard);
+  // The same on an oversubscribed host whose link bytes are all core time: nothing hides, and
+  // no_shard's one all-reduce moves the bytes shard_grad_op moves (same ring): equal.
+  PlanSettings shared = timed(8, 1e-5, 1);
+  shared.step.link_core_weight = 8;
+  const StrategyPlan sgo1 = train::plan_strategy(shared, fsdp::Strategy::ShardGradOp);
+  const StrategyPlan ns1 = train::plan_strategy(shared, fsdp::Strategy::NoShard);
   EXPECT_NEAR(sgo1.step.step_s(), ns1.step.step_s(), 1e-9 * ns1.step.step_s());
 }

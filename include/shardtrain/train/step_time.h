@@ -25,9 +25,18 @@ struct StepTimeSettings {
   double latency_us = 10;  // per ring step (one send and receive to the next rank)
   // Cores of one host; 0: at least ranks_per_host x threads (no oversubscription). Ranks whose
   // threads outnumber the cores share them: compute runs at cores / (ranks x threads) of its
-  // rate, and communication, which costs core time on a CPU host (shared-memory copies, TCP
-  // stack, polling progress threads), does not overlap compute.
+  // rate, and the core time communication costs on a CPU host (shared-memory copies, the TCP
+  // stack, polling progress threads) does not overlap compute: only the wire's time does.
   int cores_per_host = 0;
+  // Shared cores only: what moving one byte across a host's link costs the cores, in intra-host
+  // bytes (a TCP stack copies every byte; measured as the link weight W with the link unshaped,
+  // where the stack, not the wire, sets the rate). A link edge's time beyond this is the wire's:
+  // the cores are free to compute meanwhile.
+  double link_core_weight = 1;
+  // Shared cores only: core time lost per collective when its ranks arrive from computing, out
+  // of phase, and the early ones poll on cores the late ones need (`bench collectives
+  // --compute-ms`, the sync_us column).
+  double sync_us = 0;
 };
 
 // One collective of the step as the engine issues it, per rank.
@@ -51,6 +60,7 @@ struct PlannedCollective {
 struct StepEstimate {
   double compute_s = 0;      // FLOPs / rate (at the host's core share)
   double comm_s = 0;         // every collective's time, summed
+  double comm_core_s = 0;    // shared cores: the part of comm_s spent on the cores (serialised with compute)
   double exposed_s = 0;      // the part of comm_s the compute stream waits for
   bool shared_cores = false;  // oversubscribed host: communication serialised with compute
   double step_s() const { return compute_s + exposed_s; }
@@ -68,8 +78,12 @@ struct StepTimeInputs {
   bool recompute = false;      // activation checkpointing: each block's forward runs again in its backward
 };
 
-// Seconds of one collective: latency x ring steps + bytes x weight / intra-host bandwidth.
-double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c);
+// Seconds of one collective: latency x ring steps + bytes x weight / intra-host bandwidth, and on
+// shared cores (shared = true) the sync cost.
+double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c, bool shared = false);
+// Shared cores: the part of collective_seconds the cores spend (copies and the stack at
+// min(weight, link_core_weight), the sync cost); the rest is the wire's.
+double collective_core_seconds(const StepTimeSettings& s, const PlannedCollective& c);
 
 // The estimate: compute split over the units by their parameters (forward 1/3, backward 2/3 of a
 // unit's FLOPs, as 6N counts them), then the engine's order on two resources, the compute stream
@@ -81,7 +95,8 @@ double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c)
 //   reduce-scatter      runs behind the following units' backward; waited for when more than
 //                       fsdp::kMaxPendingReductions are pending, and all at the end of backward;
 //   replica all-reduce  after the last micro-batch's backward: exposed whole.
-// On an oversubscribed host (shared_cores) nothing overlaps: exposed = comm_s.
+// On an oversubscribed host (shared_cores) a collective's core part (collective_core_seconds)
+// runs on the compute stream when it is issued; only its wire part overlaps compute.
 StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in);
 
 }  // namespace shardtrain::train
