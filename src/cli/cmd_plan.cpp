@@ -10,6 +10,7 @@
 #include "command.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/topology.h"
 #include "shardtrain/train/alloc_tracker.h"
 #include "shardtrain/train/memory_plan.h"
 #include "shardtrain/train/peak_flops.h"
@@ -98,8 +99,13 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     ps.step.latency_us = a.latency_us;
     ps.step.link_core_weight = a.link_core_weight;
     ps.step.sync_us = a.sync_us;
-    ps.step.cores_per_host = a.cores_per_host > 0 ? a.cores_per_host : static_cast<int>(std::thread::hardware_concurrency());
   });
+  // Cores per host: given, else this machine's; under --measure the simulated hosts of this job
+  // share this machine's cores (ranks_per_host of its local ranks each).
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int local = a.measure ? runtime::real_host_ranks(rt.world()).size : ps.ranks_per_host;
+  ps.step.cores_per_host = a.cores_per_host > 0 ? a.cores_per_host
+                                                : std::max(1, hw * ps.ranks_per_host / std::max(ps.ranks_per_host, local));
   // --measure: plan for the threads the probes will use (bf16 GEMM workspace is per thread).
   const int threads = a.measure ? train::probe_threads(rt.world(), d) : 0;
   if (a.measure) ps.threads = threads;
@@ -218,8 +224,9 @@ void add_plan(CLI::App& app, CommandFn& selected) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e9));
   sub->add_option("--cores-per-host", args->cores_per_host,
-                  "Step estimate: cores of one host (default: this machine's); ranks x threads above it share them "
-                  "and communication does not overlap compute")
+                  "Step estimate: cores of one host (default: this machine's; under --measure its share for "
+                  "--ranks-per-host of its ranks); ranks x threads above it share them, and communication's core "
+                  "time does not overlap compute")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--link-core-weight", args->link_core_weight,
                   "Step estimate, shared cores: core time of a link byte in intra-host bytes (a TCP stack: the link "
