@@ -4,7 +4,8 @@
 # each node's egress), every strategy: step time, exposed-communication share (metrics.jsonl), and
 # the bytes that crossed each node's link per step (the node's veth counters in
 # /sys/class/net/stv-*/statistics, Ethernet frames: payload + TCP/IP/Ethernet headers), next to
-# `shardtrain plan`'s inter-host bytes per step and its recommendation for that link.
+# `shardtrain plan`'s inter-host bytes per step, its estimated step time per strategy and its
+# recommendation (the shortest estimated step) for that link, from inputs measured here (below).
 #
 #   perf/cluster/run.sh [SHARDTRAIN] [--rates "none 1gbit 250mbit"] [--strategies "..."] [--steps K] [--table-only]
 #
@@ -86,20 +87,29 @@ for rate in $RATES; do
   done
 done
 fi
-# The link weights for the planner, per setting: W_e = the bandwidth of one ring edge inside a
-# node / that of one ring edge across a node's link when e edges leave the node at once, each
-# measured with the pattern that puts e edges on the link, with `shardtrain bench collectives`
-# (all_reduce of 16 MiB, the median busbw over 10 iterations = a ring edge's bandwidth):
-#   intra: 2 ranks on node 1 (shared memory);
-#   W  (e = 1): 4 ranks, 2 per node: the world ring leaves each node once, as in full_shard,
-#      shard_grad_op and no_shard;
-#   W2 (e = 2): two 2-rank jobs across the nodes at once, as hybrid's replicate rings {0,2},
-#      {1,3} (the mean of the two busbw).
-# W2 is not 2 W: a 2-rank all-reduce's two phases stall the link between them, and two such flows
-# through one shaped link get less than a fair split of its rate (perf/README.md).
-busbw() { # NODES NP: the median busbw (GB/s) of an all_reduce over NP ranks on NODES nodes
-  "$CL/mpirun-cluster" --nodes "$1" -np "$2" "$ST" bench collectives --op all_reduce --min-bytes 16M --max-bytes 16M \
-    --dtype fp32 --iters 10 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { print $7 }'
+# The planner's inputs, measured here (docs/memory-planner.md, "Step time"):
+#   intra  the bandwidth of one ring edge inside a node: `shardtrain bench collectives --op
+#          all_reduce` (16 MiB, median busbw) over the 2 ranks of node 1 and, at the same time, over
+#          those of node 2 (the nodes share this machine's cores: as hybrid's shard groups run);
+#   W_e    intra / the busbw of a ring edge across a node's link when e edges leave the node at
+#          once, each measured with the pattern that puts e edges on the link: W (e = 1) 4 ranks,
+#          2 per node (the world ring of full_shard, shard_grad_op, no_shard); W2 (e = 2) two
+#          2-rank jobs across the nodes at once (hybrid's replicate rings {0,2}, {1,3}). W2 is not
+#          2 W: a 2-rank all-reduce's two phases stall the link between them, and two such flows
+#          through one shaped link get less than a fair split of its rate (perf/README.md);
+#   link core weight  W with the link unshaped: the TCP stack's core time per link byte (there
+#          the stack, not the wire, sets the rate; what a shaped link adds is the wire's);
+#   latency  a 1 KiB all_reduce over the 4 ranks / its 6 ring steps, unshaped;
+#   sync   `bench collectives --compute-ms 20`: the core time a collective costs beyond its
+#          in-step time when the ranks arrive from 20 ms of matmuls (about this deck's compute
+#          between two collectives), median over all_gather, reduce_scatter and all_reduce of
+#          16 MiB over the 4 ranks, unshaped (clamped at 0);
+#   compute  the achieved TFLOP/s of one rank alone (1 thread, no communication: the deck's
+#          step at one sequence, no_shard), median of its steps after the first 2;
+#   cores per host  this machine's cores / the 2 nodes (the namespaces share them).
+busbw() { # NODES NP [OP]: the median busbw (GB/s) of OP (all_reduce) over NP ranks on NODES nodes
+  "$CL/mpirun-cluster" --nodes "$1" -np "$2" "$ST" bench collectives --op "${3:-all_reduce}" --min-bytes 16M --max-bytes 16M \
+    --dtype fp32 --iters 10 --warmup 2 2>/dev/null | awk -v op="${3:-all_reduce}" '$1 == op { print $7 }'
 }
 busbw_pair() { # two 2-rank jobs across the 2 nodes at once: the mean of their busbw
   local a b
@@ -109,45 +119,84 @@ busbw_pair() { # two 2-rank jobs across the 2 nodes at once: the mean of their b
   cat "$OUT/pair.a" "$OUT/pair.b" | awk '{ s += $1 } END { print s / NR }'
   rm -f "$OUT/pair.a" "$OUT/pair.b"
 }
+busbw_intra() { # node 1's 2 ranks and node 2's 2 ranks, each a job of its own, at once: the mean
+  local a b
+  busbw 1 2 > "$OUT/intra.a" & a=$!
+  "$CL/mpirun-cluster" --first 2 --nodes 1 -np 2 "$ST" bench collectives --op all_reduce --min-bytes 16M --max-bytes 16M \
+    --dtype fp32 --iters 10 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { print $7 }' > "$OUT/intra.b" & b=$!
+  wait "$a" "$b"
+  cat "$OUT/intra.a" "$OUT/intra.b" | awk '{ s += $1 } END { print s / NR }'
+  rm -f "$OUT/intra.a" "$OUT/intra.b"
+}
 "$CL/cluster.sh" rate none
-intra=$(busbw 1 2)
+intra=$(busbw_intra)
+link0=$(busbw 2 4)
+lat=$("$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op all_reduce --min-bytes 1K --max-bytes 1K --dtype fp32 \
+  --iters 20 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { printf "%.1f", $5 / 6 }')
+sync=$(for op in all_gather reduce_scatter all_reduce; do
+  "$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op $op --min-bytes 16M --max-bytes 16M --dtype fp32 --iters 10 \
+    --warmup 2 --compute-ms 20 2>/dev/null | awk -v op=$op '$1 == op { print $11 }'
+done | tee "$OUT/sync.txt" | median | awk '{ printf "%.0f", ($1 > 0 ? $1 : 0) }')
+rm -rf "$OUT/compute"
+"$ST" train "$DECK" --set parallel.strategy=no_shard --set train.global_batch=1 --set train.max_steps=$((W + K)) \
+  --set run.out_dir="$OUT/compute" > "$OUT/compute.log" 2>&1 || { tail -20 "$OUT/compute.log" >&2; exit 1; }
+tflops=$(sed -n 's/.*"step":\([0-9]*\).*/\1 &/p' "$OUT/compute/metrics.jsonl" | awk -v w="$W" '$1 > w' |
+  sed -n 's/.*"tflops":\([^,}]*\).*/\1/p' | median)
+cores=$(( $(nproc) / 2 ))
+[[ $cores -ge 1 ]] || cores=1
 echo -e "rate\tintra_GBps\tlink_GBps\tW\tlink2_GBps\tW2" > "$OUT/weights.tsv"
 for rate in $RATES; do
   "$CL/cluster.sh" rate "$rate"
-  inter=$(busbw 2 4)
+  if [[ $rate == none ]]; then inter=$link0; else inter=$(busbw 2 4); fi  # unshaped: measured above
   inter2=$(busbw_pair)
-  echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.1f", a / b }')\t$inter2\t$(awk -v a="$intra" -v b="$inter2" 'BEGIN { printf "%.1f", a / b }')" >> "$OUT/weights.tsv"
+  echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.2f", a / b }')\t$inter2\t$(awk -v a="$intra" -v b="$inter2" 'BEGIN { printf "%.2f", a / b }')" >> "$OUT/weights.tsv"
 done
+W0=$(awk -v a="$intra" -v b="$link0" 'BEGIN { printf "%.2f", a / b }')
+echo -e "intra_GBps\tlink_core_weight\tlatency_us\tsync_us\tcompute_tflops\tcores_per_host\n$intra\t$W0\t$lat\t$sync\t$tflops\t$cores" > "$OUT/inputs.tsv"
 "$CL/cluster.sh" stop
 trap - EXIT
-cat "$OUT/weights.tsv" >&2
+cat "$OUT/weights.tsv" "$OUT/inputs.tsv" >&2
 
-# The planner's host-link bytes per step ("host link / step", busiest host) per strategy, and
-# its recommendation at each W.
+# The planner per setting: its host-link bytes per step ("host link / step", busiest host), its
+# estimated step and exposed communication per strategy, and its recommendation (the shortest
+# estimated step), from the inputs measured above.
 to_bytes() { awk '{ v = $1; u = $2; m = 1; if (u == "KiB") m = 1024; if (u == "MiB") m = 1048576; if (u == "GiB") m = 1073741824; printf "%.0f", v * m }'; }
-declare -A PLAN REC
+IFS=$'\t' read -r intra W0 lat sync tflops cores < <(tail -1 "$OUT/inputs.tsv")
+plan_flags() { # RATE: the plan's flags for that link setting
+  echo "--inter-host-weight $(awk -v r="$1" '$1 == r { print $4 "," $6 }' "$OUT/weights.tsv") --compute-tflops $tflops" \
+    "--intra-host-busbw $intra --latency-us $lat --cores-per-host $cores --link-core-weight $W0 --sync-us $sync"
+}
+declare -A PLAN REC EST EXP
+cell() { # PLAN-TEXT ROW-LABEL STRATEGY-INDEX: one cell of the plan's table (labels fill 26 columns)
+  local line
+  line=$(grep -m1 -F -- "$2" <<<"$1" | cut -c27-)
+  awk -v i="$3" '{ n = split($0, a, /  +/); print a[i + 1] }' <<<"$(sed 's/^ *//' <<<"$line")"
+}
 for rate in $RATES; do
-  w=$(awk -v r="$rate" '$1 == r { print $4 "," $6 }' "$OUT/weights.tsv")
-  plan=$("$ST" plan "$DECK" --ranks 4 --ranks-per-host 2 --inter-host-weight "$w" 2>/dev/null)
+  # shellcheck disable=SC2046
+  plan=$("$ST" plan "$DECK" --ranks 4 --ranks-per-host 2 $(plan_flags "$rate") 2>/dev/null)
+  echo "$plan" > "$OUT/plan-$rate.txt"
   REC[$rate]=$(sed -n 's/^recommendation: parallel.strategy = "\([a-z_0-9]*\)".*/\1/p' <<<"$plan")
   header=$(grep -m1 -E '^ +full_shard' <<<"$plan")
-  line=$(grep -m1 '^host link / step' <<<"$plan" | sed 's/^host link \/ step *//')
   i=0
   for s in $header; do
-    PLAN[$s]=$(awk -v i=$i '{ n = split($0, a, /  +/); print a[i + 1] }' <<<"$(sed 's/^ *//' <<<"$line")" | to_bytes)
+    PLAN[$s]=$(cell "$plan" "host link / step" $i | to_bytes)
+    EST[$rate,$s]=$(cell "$plan" "est. step" $i | awk '{ printf "%.0f", $1 }')
+    EXP[$rate,$s]=$(cell "$plan" "est. exposed comm" $i | awk '{ printf "%.0f", $1 }')
     i=$((i + 1))
   done
 done
+echo "# inputs: $(plan_flags "<rate>")" >&2
 
 mb() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1e6 }'; }
-echo "| link | W, W2 | strategy | step (ms) | exposed comm | node 1 sent / step (MB) | node 2 sent / step (MB) | plan: host link / step (MB) | measured / plan | plan recommends | measured fastest |"
-echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|"
+echo "| link | W, W2 | strategy | step (ms) | exposed comm (ms) | plan: est. step (ms) | plan: est. exposed (ms) | node 1 sent / step (MB) | node 2 sent / step (MB) | plan: host link / step (MB) | measured / plan | plan recommends | measured fastest |"
+echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
 for rate in $RATES; do
   w=$(awk -v r="$rate" '$1 == r { print $4 ", " $6 }' "$OUT/weights.tsv")
   fastest=$(awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | sort -t$'\t' -k3,3g | head -1 | cut -f2)
   awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | while IFS=$'\t' read -r _ s ms cs tx1 rx1 tx2 rx2; do
     p=${PLAN[$s]}
     ratio=$(awk -v a="$tx1" -v b="$tx2" -v p="$p" 'BEGIN { m = a > b ? a : b; printf "%.3f", m / p }')
-    echo "| $rate | $w | $s | $(printf %.0f "$ms") | $(awk -v c="$cs" 'BEGIN { printf "%.0f%%", 100 * c }') | $(mb "$tx1") | $(mb "$tx2") | $(mb "$p") | $ratio | ${REC[$rate]} | $fastest |"
+    echo "| $rate | $w | $s | $(printf %.0f "$ms") | $(awk -v c="$cs" -v m="$ms" 'BEGIN { printf "%.0f (%.0f%%)", c * m, 100 * c }') | ${EST[$rate,$s]} | ${EXP[$rate,$s]} | $(mb "$tx1") | $(mb "$tx2") | $(mb "$p") | $ratio | ${REC[$rate]} | $fastest |"
   done
 done

@@ -57,6 +57,9 @@ void add_bench_collectives(CLI::App& app, CommandFn& selected) {
   sub->add_option("--warmup", args->opts.warmup, "Untimed iterations per size (0 .. 1000000)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
+  sub->add_option("--compute-ms", args->opts.compute_ms,
+                  "Also time each collective issued after this many ms of matmuls on every rank (sync_us column)")
+      ->check(CLI::Range(0.0, 1e5));
   sub->callback([&selected, args] {
     selected = [args](runtime::Runtime& rt) { return run_bench_collectives(rt, *args); };
   });

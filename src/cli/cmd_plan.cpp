@@ -5,15 +5,19 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <thread>
 
 #include "command.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/topology.h"
 #include "shardtrain/train/alloc_tracker.h"
 #include "shardtrain/train/memory_plan.h"
+#include "shardtrain/train/peak_flops.h"
 #include "shardtrain/train/probe.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -23,6 +27,12 @@ struct PlanArgs {
   int ranks = 0, ranks_per_host = 0;
   std::string device_memory = "80GiB";
   std::string inter_host_weight = "8";
+  double compute_tflops = 0;  // 0: measure a matmul here
+  double intra_busbw = train::StepTimeSettings{}.intra_busbw_gbps;
+  double latency_us = train::StepTimeSettings{}.latency_us;
+  int cores_per_host = 0;     // 0: this machine's cores
+  double link_core_weight = train::StepTimeSettings{}.link_core_weight;
+  double sync_us = train::StepTimeSettings{}.sync_us;
   bool measure = false;
   std::vector<std::string> strategies;
   int steps = 2;
@@ -85,10 +95,37 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
                   ", ", bound.params, " parameters over ", ranks, " ranks), more than any machine has");
     parse_link_weights(a.inter_host_weight, &ps);
     wanted = parse_strategies(a.strategies);
+    ps.step.intra_busbw_gbps = a.intra_busbw;
+    ps.step.latency_us = a.latency_us;
+    ps.step.link_core_weight = a.link_core_weight;
+    ps.step.sync_us = a.sync_us;
   });
+  // Cores per host: given, else this machine's; under --measure the simulated hosts of this job
+  // share this machine's cores (ranks_per_host of its local ranks each).
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int local = a.measure ? runtime::real_host_ranks(rt.world()).size : ps.ranks_per_host;
+  ps.step.cores_per_host = a.cores_per_host > 0 ? a.cores_per_host
+                                                : std::max(1, hw * ps.ranks_per_host / std::max(ps.ranks_per_host, local));
   // --measure: plan for the threads the probes will use (bf16 GEMM workspace is per thread).
   const int threads = a.measure ? train::probe_threads(rt.world(), d) : 0;
   if (a.measure) ps.threads = threads;
+  // The compute rate of the step estimate: the given one, else the trainer's matmul measured here
+  // on one rank's threads (the slowest rank's, when the job has several).
+  if (a.compute_tflops > 0) {
+    ps.step.compute_tflops = a.compute_tflops;
+    ps.step.compute_source = "--compute-tflops";
+  } else {
+    const int before = at::get_num_threads();
+    at::set_num_threads(std::max(1, ps.threads));
+    const double mine = train::measure_peak_tflops(ps.engine.mp.param_dtype);
+    at::set_num_threads(before);
+    ST_MPI_CHECK(MPI_Allreduce(&mine, &ps.step.compute_tflops, 1, MPI_DOUBLE, MPI_MIN, rt.world()));
+    char src[160];
+    std::snprintf(src, sizeof src, "a %s matmul measured here on %d thread%s: the peak, so compute is a lower bound; "
+                  "give the model's achieved rate with --compute-tflops", fsdp::dtype_name(ps.engine.mp.param_dtype),
+                  std::max(1, ps.threads), ps.threads > 1 ? "s" : "");
+    ps.step.compute_source = src;
+  }
   std::vector<train::StrategyPlan> plans;
   runtime::run_agreed(rt.world(), [&] {
     if (wanted.empty()) {
@@ -111,11 +148,13 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     std::printf("\n# measured: %d step%s per strategy on %d ranks (%d per simulated host), synthetic batches; "
                 "peak = tensor bytes (counting allocator) + optimizer state, max over ranks\n",
                 a.steps, a.steps > 1 ? "s" : "", rt.size(), ps.ranks_per_host);
-    std::printf("%-20s %14s %14s %9s  %-28s %9s\n", "strategy", "planned", "measured", "error", "planned peak at",
-                "step (s)");
+    std::printf("%-20s %14s %14s %9s  %-28s %9s %9s\n", "strategy", "planned", "measured", "error", "planned peak at",
+                "step (s)", "est. (s)");
     std::fflush(stdout);
   }
   double worst = 0;
+  int fastest = -1;
+  double fastest_s = 0;
   for (const auto& p : plans) {
     train::ProbeOptions o;
     o.spec = ps.spec;
@@ -128,13 +167,24 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     const double err = r.peak_bytes > 0 ? static_cast<double>(p.mem.total - r.peak_bytes) / r.peak_bytes : 0;
     worst = std::max(worst, std::fabs(err));
     if (rt.rank() == 0) {
-      std::printf("%-20s %14s %14s %+8.1f%%  %-28s %9.2f\n", fsdp::to_string(p.strategy),
+      std::printf("%-20s %14s %14s %+8.1f%%  %-28s %9.3f %9.3f\n", fsdp::to_string(p.strategy),
                   train::format_bytes(p.mem.total).c_str(), train::format_bytes(r.peak_bytes).c_str(), 100 * err,
-                  p.mem.peak_at.c_str(), r.step_s);
+                  p.mem.peak_at.c_str(), r.step_s, p.step.step_s());
       std::printf("PLAN_VS_MEASURED strategy=%s planned=%lld measured=%lld\n", fsdp::to_string(p.strategy),
                   static_cast<long long>(p.mem.total), static_cast<long long>(r.peak_bytes));
       std::fflush(stdout);
     }
+    // The measured recommendation: the fastest last step among the plans that fit.
+    if (p.mem.total <= device_bytes && (fastest < 0 || r.step_s < fastest_s)) {
+      fastest = static_cast<int>(&p - plans.data());
+      fastest_s = r.step_s;
+    }
+  }
+  if (rt.rank() == 0 && fastest >= 0) {
+    std::printf("measured recommendation: parallel.strategy = \"%s\" (the fastest measured step that fits, %.3f s; "
+                "one step of %d, under this machine's load)\n",
+                fsdp::to_string(plans[fastest].strategy), fastest_s, a.steps);
+    std::fflush(stdout);
   }
   if (a.tolerance > 0 && worst > a.tolerance) {
     if (rt.rank() == 0)
@@ -161,6 +211,33 @@ void add_plan(CLI::App& app, CommandFn& selected) {
                   "Cost of an inter-host byte in intra-host bytes, for the recommendation: W for one ring edge "
                   "on a host's link, or W,W2,... with the measured cost when 2, ... edges share it (default W x edges)")
       ->capture_default_str();
+  sub->add_option("--compute-tflops", args->compute_tflops,
+                  "Step estimate: the model's achieved TFLOP/s per rank on its own threads (default: a matmul "
+                  "measured here, the peak)")
+      ->check(CLI::Range(1e-9, 1e9));
+  sub->add_option("--intra-host-busbw", args->intra_busbw,
+                  "Step estimate: GB/s of one ring edge inside a host (bench collectives busbw over one host's ranks); "
+                  "an edge across a host's link runs at this / --inter-host-weight")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 1e9));
+  sub->add_option("--latency-us", args->latency_us, "Step estimate: microseconds per ring step of a collective")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  sub->add_option("--cores-per-host", args->cores_per_host,
+                  "Step estimate: cores of one host (default: this machine's; under --measure its share for "
+                  "--ranks-per-host of its ranks); ranks x threads above it share them, and communication's core "
+                  "time does not overlap compute")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--link-core-weight", args->link_core_weight,
+                  "Step estimate, shared cores: core time of a link byte in intra-host bytes (a TCP stack: the link "
+                  "weight measured unshaped); the link's time beyond it overlaps compute")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
+  sub->add_option("--sync-us", args->sync_us,
+                  "Step estimate, shared cores: core time lost per collective by ranks arriving out of phase "
+                  "(bench collectives --compute-ms: sync_us)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
   sub->add_option("--strategy", args->strategies, "Only these strategies (repeatable or comma-separated)");
   sub->add_flag("--measure", args->measure,
                 "Also run real steps for each strategy (needs --ranks MPI ranks) and print planned vs measured peaks");

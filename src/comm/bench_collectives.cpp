@@ -36,6 +36,54 @@ double timed(MPI_Comm comm, const std::function<void()>& fn) {
   return worst;
 }
 
+// One rank's matmul work of about `ms` milliseconds (calibrated on this rank, with every rank
+// calibrating at once, so under the same sharing of cores as the timed loops).
+struct Work {
+  at::Tensor a;
+  mutable at::Tensor b;  // the product, overwritten
+  int reps = 1;
+  void run() const {
+    for (int i = 0; i < reps; ++i) at::mm_out(b, a, a);
+  }
+};
+Work make_work(MPI_Comm comm, double ms) {
+  Work w;
+  w.a = at::randn({128, 128});
+  w.b = at::empty({128, 128});
+  w.run();
+  ST_MPI_CHECK(MPI_Barrier(comm));
+  const double t0 = now_seconds();
+  const int probe = 200;
+  for (int i = 0; i < probe; ++i) at::mm_out(w.b, w.a, w.a);
+  const double per = (now_seconds() - t0) / probe;
+  double worst = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&per, &worst, 1, MPI_DOUBLE, MPI_MAX, comm));
+  w.reps = std::max(1, static_cast<int>(ms * 1e-3 / worst));
+  return w;
+}
+
+// Mean seconds per iteration of `iters` iterations of (work, then fn), minus the same without fn,
+// minus fn's time issued in step (a barrier before it): the cost of arriving out of phase.
+double sync_seconds(MPI_Comm comm, const std::function<void()>& fn, double ms, int iters) {
+  const Work w = make_work(comm, ms);
+  auto loop = [&](bool with_fn) {
+    ST_MPI_CHECK(MPI_Barrier(comm));
+    const double t0 = now_seconds();
+    for (int i = 0; i < iters; ++i) {
+      w.run();
+      if (with_fn) fn();
+    }
+    double dt = now_seconds() - t0, worst = 0;
+    ST_MPI_CHECK(MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, comm));
+    return worst / iters;
+  };
+  std::vector<double> in_step;
+  for (int i = 0; i < iters; ++i) in_step.push_back(timed(comm, fn));
+  loop(true);  // warm-up
+  const double both = loop(true), alone = loop(false);
+  return both - alone - median(in_step);
+}
+
 }  // namespace
 
 int64_t parse_byte_size(const std::string& text) {
@@ -108,9 +156,13 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
         << "# raw = the plain MPI call on the same buffers (MPI_Allgather, MPI_Reduce_scatter_block, "
            "MPI_Allreduce; half types use a user MPI_Op)\n"
         << "# efficiency = raw time / our time (= our busbw / raw busbw)\n";
-    std::snprintf(line, sizeof line, "%-15s %12s %12s %-9s %10s %9s %9s %10s %9s %10s\n", "# op",
+    if (o.compute_ms > 0)
+      out << "# sync_us = per iteration of (" << o.compute_ms << " ms of matmuls on every rank, then our collective, no "
+             "barrier) minus the matmuls alone minus time_us: the collective's cost beyond time_us when ranks arrive "
+             "from computing\n";
+    std::snprintf(line, sizeof line, "%-15s %12s %12s %-9s %10s %9s %9s %10s %9s %10s%s\n", "# op",
                   "size(B)", "count(el)", "type", "time_us", "algbw", "busbw", "raw_us",
-                  "raw_busbw", "efficiency");
+                  "raw_busbw", "efficiency", o.compute_ms > 0 ? "    sync_us" : "");
     out << line << std::flush;
   }
   for (const std::string& op : ops) {
@@ -151,6 +203,7 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
         t_raw.push_back(timed(comm, plain));
       }
       CollectivesBenchRow r;
+      if (o.compute_ms > 0) r.sync_us = 1e6 * sync_seconds(comm, mine, o.compute_ms, o.iters);
       r.op = op;
       r.bytes = count * esize;
       r.count = count;
@@ -163,10 +216,16 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
       rows.push_back(r);
       if (rank == 0) {
         std::snprintf(line, sizeof line,
-                      "%-15s %12lld %12lld %-9s %10.1f %9.3f %9.3f %10.1f %9.3f %10.3f\n",
+                      "%-15s %12lld %12lld %-9s %10.1f %9.3f %9.3f %10.1f %9.3f %10.3f",
                       op.c_str(), static_cast<long long>(r.bytes), static_cast<long long>(r.count),
                       tname.c_str(), r.time_us, r.algbw, r.busbw, r.raw_time_us, r.raw_busbw,
                       r.efficiency);
+        out << line;
+        if (o.compute_ms > 0) {
+          std::snprintf(line, sizeof line, " %10.1f", r.sync_us);
+          out << line;
+        }
+        std::snprintf(line, sizeof line, "\n");
         out << line << std::flush;
       }
     }

@@ -226,6 +226,7 @@ namespace {
 struct CommCost {
   CommVolume volume;
   double cost = 0;
+  std::vector<PlannedCollective> collectives;  // what volume sums, one by one (step_time.h)
 };
 CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPlan& p, bool qw, bool qg, bool hp) {
   CommCost out;
@@ -240,30 +241,62 @@ CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   double ag = 0, rs = 0, ar_rep = 0, ar_world = 0;
   const double ring = S > 1 ? static_cast<double>(S - 1) / S : 0.0;
   const int R = p.replicate_size;
-  for (const auto& u : p.units) {
+  // Ring edges that leave the busiest host, per family (below), and the time weight of its bytes.
+  const int es = ring_edges_leaving_busiest_host(N, G, S, true);
+  const int er = ring_edges_leaving_busiest_host(N, G, S, false);
+  const int ew = ring_edges_leaving_busiest_host(N, G, 1, false);
+  auto weight = [&](int edges) { return std::max(1.0, link_weight(ps, edges)); };
+  auto emit = [&](CollectiveKind k, int unit, double bytes, int steps, double w) {
+    if (bytes <= 0) return;
+    PlannedCollective c;
+    c.kind = k;
+    c.unit = unit;
+    c.bytes = bytes;
+    c.ring_steps = steps;
+    c.weight = w;
+    out.collectives.push_back(c);
+  };
+  double rep_step = 0, world_step = 0;  // the step's all-reduces (one coalesced call per group)
+  for (size_t ui = 0; ui < p.units.size(); ++ui) {
+    const auto& u = p.units[ui];
+    const int unit = static_cast<int>(ui);
     for (const auto& f : u.flats) {
       if (u.is_ignored) {
-        if (N > 1) ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
+        if (N > 1) {
+          ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
+          world_step += 4.0 * f.numel * 2.0 * (N - 1) / N;
+        }
         continue;
       }
       const int gathers = u.is_root ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
       if (st != fsdp::Strategy::NoShard) {
         const double plain = ring * f.padded * f.elem_bytes();
         const double packed = S > 1 ? (S - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) : 0.0;
+        const double one = qw ? packed + guard * plain : plain;
+        emit(CollectiveKind::ForwardGather, unit, one, S - 1, weight(es));
         if (hp && gathers == 2) {
           ag += ps.grad_accum * (qw ? packed + guard * plain : plain);
-          ag_node += ps.grad_accum * (Gn - 1.0) / Gn * f.padded * f.elem_bytes();
+          const double node = (Gn - 1.0) / Gn * f.padded * f.elem_bytes();
+          ag_node += ps.grad_accum * node;
+          emit(CollectiveKind::BackwardGather, unit, node, Gn - 1, 1.0);
         } else {
           ag += ps.grad_accum * gathers * (qw ? packed + guard * plain : plain);
+          if (gathers == 2) emit(CollectiveKind::BackwardGather, unit, one, S - 1, weight(es));
         }
         rs += ps.grad_accum * ring * f.padded * b_reduce;
+        emit(CollectiveKind::ReduceScatter, unit, ring * f.padded * b_reduce, S - 1, weight(es));
       }
       if (R > 1) {
         const double plain = 4.0 * f.shard_numel * 2.0 * (R - 1) / R;
-        ar_rep += qg ? (R - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) + guard * plain : plain;
+        const double sent = qg ? (R - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) + guard * plain : plain;
+        ar_rep += sent;
+        rep_step += sent;
       }
     }
   }
+  // qgZ's replica average is an all-gather of packed shards (R - 1 steps), else a ring all-reduce.
+  emit(CollectiveKind::ReplicaAllReduce, -1, rep_step, qg ? R - 1 : 2 * (R - 1), weight(er));
+  emit(CollectiveKind::ReplicaAllReduce, -1, world_step, 2 * (N - 1), weight(ew));
   out.volume.all_gather = static_cast<int64_t>(ag + ag_node);
   out.volume.reduce_scatter = static_cast<int64_t>(rs);
   out.volume.all_reduce = static_cast<int64_t>(ar_rep + ar_world);
@@ -277,15 +310,31 @@ CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   // the rings of one family run at the same time (hybrid_shard's replicate groups all cross one
   // link, and the flows that share it get what the measured weight says, not a fair split).
   // Ignored units' all-reduces run over the world (a replicate family of shard size 1).
-  const int es = ring_edges_leaving_busiest_host(N, G, S, true);
-  const int er = ring_edges_leaving_busiest_host(N, G, S, false);
-  const int ew = ring_edges_leaving_busiest_host(N, G, 1, false);
   out.volume.inter_host_link = static_cast<int64_t>(es * (ag + rs) + er * ar_rep + ew * ar_world);
-  auto cost = [&](double bytes, int edges) { return bytes * std::max(1.0, link_weight(ps, edges)); };
+  auto cost = [&](double bytes, int edges) { return bytes * weight(edges); };
   out.cost = cost(ag + rs, es) + cost(ar_rep, er) + cost(ar_world, ew) + ag_node;
   return out;
 }
 }  // namespace
+
+double step_flops(const PlanSettings& ps, bool recompute) {
+  // The trainer's MFU numerator per item (a token of a language model, an image of a ViT), times
+  // the items one rank trains on in a step.
+  const std::shared_ptr<model::Model> meta = model::build_model(ps.spec, at::kMeta);
+  const double items = static_cast<double>(ps.micro_batch * ps.grad_accum) *
+                       (model::input_kind(ps.spec) == model::InputKind::Tokens ? static_cast<double>(ps.spec.seq_len) : 1.0);
+  const double flops = meta->train_flops_per_item() * items;
+  if (!recompute) return flops;
+  // Recomputation runs each block's forward (2 of the 6 FLOPs per parameter and token) again:
+  // the blocks' share of the count, by parameters.
+  const auto units = fsdp::plan_units(*meta, ps.engine, 1);
+  double all = 0, blocks = 0;
+  for (const auto& u : units) {
+    all += static_cast<double>(u.numel());
+    if (!u.is_root && !u.is_ignored) blocks += static_cast<double>(u.numel());
+  }
+  return flops * (1.0 + (all > 0 ? blocks / all : 0.0) / 3.0);
+}
 
 StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   StrategyPlan p;
@@ -321,6 +370,23 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
       comm_volume(ps, st, p, c.quantize_weights && qw_ok, c.quantize_grads && qg_ok, c.secondary_shards && hp_ok);
   p.comm = deck.volume;
   p.comm_cost = deck.cost;
+  p.collectives = std::move(deck.collectives);
+  // The step time, from the same collectives (step_time.h), without and with recomputation.
+  StepTimeInputs in;
+  in.strategy = st;
+  in.units = &p.units;
+  in.collectives = &p.collectives;
+  in.grad_accum = static_cast<int>(ps.grad_accum);
+  in.ranks_per_host = G;
+  in.threads = ps.threads;
+  in.forward_prefetch = ps.engine.forward_prefetch;
+  in.backward_prefetch = ps.engine.backward_prefetch;
+  for (bool rc : {false, true}) {
+    in.recompute = rc;
+    in.step_flops = step_flops(ps, rc);
+    (rc ? p.step_recompute : p.step_no_recompute) = estimate_step(ps.step, in);
+  }
+  p.step = ps.engine.activation_checkpointing ? p.step_recompute : p.step_no_recompute;
   auto inter = [&](bool qw, bool qg, bool hp) { return comm_volume(ps, st, p, qw, qg, hp).volume.inter_host; };
   p.inter_host_plain = inter(false, false, false);
   p.inter_host_qwz = qw_ok ? inter(true, false, false) : -1;
@@ -346,12 +412,12 @@ int recommend(const std::vector<StrategyPlan>& plans, int64_t device_bytes, bool
   int best = -1;
   bool best_rc = false;
   for (int pass = 0; pass < 2 && best < 0; ++pass) {  // without recomputation first
+    auto mem = [&](const StrategyPlan& p) { return pass == 0 ? p.mem_no_recompute.total : p.mem_recompute.total; };
+    auto step = [&](const StrategyPlan& p) { return pass == 0 ? p.step_no_recompute.step_s() : p.step_recompute.step_s(); };
     for (size_t i = 0; i < plans.size(); ++i) {
-      const MemoryBreakdown& m = pass == 0 ? plans[i].mem_no_recompute : plans[i].mem_recompute;
-      if (m.total > device_bytes) continue;
-      if (best < 0 || plans[i].comm_cost < plans[best].comm_cost ||
-          (plans[i].comm_cost == plans[best].comm_cost &&
-           m.total < (pass == 0 ? plans[best].mem_no_recompute : plans[best].mem_recompute).total)) {
+      if (mem(plans[i]) > device_bytes) continue;
+      if (best < 0 || step(plans[i]) < step(plans[best]) ||
+          (step(plans[i]) == step(plans[best]) && mem(plans[i]) < mem(plans[best]))) {
         best = static_cast<int>(i);
         best_rc = pass == 1;
       }
@@ -510,6 +576,31 @@ std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int 
   return os.str();
 }
 
+std::string describe_step_assumptions(const PlanSettings& ps) {
+  const StepTimeSettings& t = ps.step;
+  char b[960];
+  const int busy = ps.ranks_per_host * std::max(1, ps.threads);
+  char cores[320];
+  if (t.cores_per_host > 0 && t.cores_per_host < busy)
+    std::snprintf(cores, sizeof cores,
+                  "%d cores per host for %d ranks x %d threads: compute at %.2f of the rate; communication's core part "
+                  "(link bytes x %.3g, +%.4g us per collective) serialised with it",
+                  t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads), static_cast<double>(t.cores_per_host) / busy,
+                  t.link_core_weight, t.sync_us);
+  else if (t.cores_per_host > 0)
+    std::snprintf(cores, sizeof cores, "%d cores per host for %d ranks x %d threads: communication overlaps compute",
+                  t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads));
+  else
+    std::snprintf(cores, sizeof cores, "cores per host not given: communication overlaps compute");
+  if (t.compute_tflops > 0)
+    std::snprintf(b, sizeof b, "compute %.4g TFLOP/s per rank (%s); intra-host edge %.3g GB/s, link edges / W_e; latency %.3g us per ring step; %s",
+                  t.compute_tflops, t.compute_source.c_str(), t.intra_busbw_gbps, t.latency_us, cores);
+  else
+    std::snprintf(b, sizeof b, "no compute rate (communication only, none hidden); intra-host edge %.3g GB/s, link edges / W_e; latency %.3g us per ring step",
+                  t.intra_busbw_gbps, t.latency_us);
+  return b;
+}
+
 std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>& plans, int64_t device_bytes) {
   std::ostringstream os;
   const model::ModelSpec& sp = ps.spec;
@@ -576,6 +667,17 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   row("  + secondary_shards", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_hpz); });
   row("  + all that apply", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_all); });
   row("peak at", [](const StrategyPlan& p) { return p.mem.peak_at; });
+  // The step-time estimate (step_time.h) with the deck's recomputation setting.
+  auto ms = [](double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f ms", 1e3 * s);
+    return std::string(b);
+  };
+  row("est. compute / step", [&](const StrategyPlan& p) { return ms(p.step.compute_s); });
+  row("est. comm / step", [&](const StrategyPlan& p) { return ms(p.step.comm_s); });
+  row("est. exposed comm", [&](const StrategyPlan& p) { return ms(p.step.exposed_s); });
+  row("est. step", [&](const StrategyPlan& p) { return ms(p.step.step_s()); });
+  os << "# step estimate: " << describe_step_assumptions(ps) << "\n";
   os << "\n";
   for (const auto& p : plans) os << sharding_diagram(ps, p) << "\n";
 
@@ -593,8 +695,9 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
        << (rc ? " with fsdp.activation_checkpointing = true" : "") << " (peak " << format_bytes(m.total) << " of "
        << format_bytes(device_bytes) << ", " << format_bytes(p.comm.intra_host) << " intra-host + "
        << format_bytes(p.comm.inter_host) << " inter-host per rank, " << format_bytes(p.comm.inter_host_link)
-       << " over each host's link per step): the least communication among the strategies"
-       << " that fit" << (rc ? "; none fits without recomputation" : " without recomputation") << "\n";
+       << " over each host's link per step; est. step " << ms((rc ? p.step_recompute : p.step_no_recompute).step_s())
+       << "): the shortest estimated step among the strategies that fit"
+       << (rc ? "; none fits without recomputation" : " without recomputation") << "\n";
   }
   return os.str();
 }

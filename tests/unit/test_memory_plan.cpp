@@ -189,6 +189,14 @@ TEST(MemoryPlan, SavedActivationsOfAGpt2Block) {
 
 TEST(MemoryPlan, RecommendsTheCheapestThatFits) {
   PlanSettings ps = gpt2(4, 2);
+  // This model's flats are a few KB: at the default 10 us per ring step latency decides, and
+  // no_shard's one all-reduce (6 ring steps) beats the sharded strategies' per-unit collectives.
+  {
+    auto plans = train::plan_all(ps);
+    bool rc = true;
+    EXPECT_EQ(plans[train::recommend(plans, int64_t(1) << 40, &rc)].strategy, fsdp::Strategy::NoShard);
+  }
+  ps.step.latency_us = 0;  // the bytes alone
   auto plans = train::plan_all(ps);
   ASSERT_EQ(plans.size(), 5u);
   bool rc = true;
@@ -365,4 +373,171 @@ TEST(DeckSetup, EveryStrategyOptionCombinationRunsOrIsRefusedByName) {
           EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
         }
       }
+}
+
+// ---- the step-time estimate (step_time.h) -----------------------------------------------
+
+namespace {
+
+// The GPT-2 above at a rate where its compute and its communication are of one order: 4 ranks,
+// 2 per host, 10 GB/s inside a host, no latency (the byte terms are what these tests vary).
+PlanSettings timed(double w, double tflops = 1e-3, int cores = 0) {
+  PlanSettings ps = gpt2(4, 2);
+  ps.inter_host_weight = w;
+  ps.step.compute_tflops = tflops;
+  ps.step.intra_busbw_gbps = 10;
+  ps.step.latency_us = 0;
+  ps.step.cores_per_host = cores;
+  return ps;
+}
+
+double seconds_of(const PlanSettings& ps, const StrategyPlan& p, train::CollectiveKind k) {
+  double t = 0;
+  for (const auto& c : p.collectives)
+    if (c.kind == k) t += train::collective_seconds(ps.step, c) * (k == train::CollectiveKind::ReplicaAllReduce ? 1 : ps.grad_accum);
+  return t;
+}
+
+}  // namespace
+
+// The collectives the estimate replays are the ones the byte counts sum: the same bytes, and a
+// step's compute is the trainer's MFU count (model::Model::train_flops_per_item) per rank.
+TEST(StepTime, CollectivesAreTheCountedBytes) {
+  PlanSettings ps = timed(8);
+  ps.grad_accum = 2;
+  for (fsdp::Strategy st : train::all_strategies()) {
+    const StrategyPlan p = train::plan_strategy(ps, st);
+    double ag = 0, rs = 0, ar = 0;
+    for (const auto& c : p.collectives) {
+      const double n = c.kind == train::CollectiveKind::ReplicaAllReduce ? 1 : ps.grad_accum;
+      (c.kind == train::CollectiveKind::ReduceScatter ? rs : c.kind == train::CollectiveKind::ReplicaAllReduce ? ar : ag) += n * c.bytes;
+    }
+    EXPECT_NEAR(ag, p.comm.all_gather, 2 + 1e-9 * ag) << fsdp::to_string(st);
+    EXPECT_NEAR(rs, p.comm.reduce_scatter, 2 + 1e-9 * rs) << fsdp::to_string(st);
+    EXPECT_NEAR(ar, p.comm.all_reduce, 2 + 1e-9 * ar) << fsdp::to_string(st);
+  }
+  const auto net = model::build_model(ps.spec, at::kMeta);
+  const double want = net->train_flops_per_item() * ps.micro_batch * ps.grad_accum * ps.spec.seq_len;
+  EXPECT_DOUBLE_EQ(train::step_flops(ps, false), want);
+  EXPECT_GT(train::step_flops(ps, true), want);  // the blocks' forward again
+  EXPECT_LT(train::step_flops(ps, true), want * 4 / 3 + 1);
+  const StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  EXPECT_NEAR(fs.step.compute_s, want / 1e9, 1e-12);
+  EXPECT_GT(fs.step_recompute.compute_s, fs.step_no_recompute.compute_s);
+}
+
+// no_shard's all-reduce runs after the last backward: nothing hides it, so its exposed time is
+// the whole all-reduce and grows with the link's weight; full_shard's prefetched gathers and its
+// reduce-scatters run behind compute, so part of its communication is hidden.
+TEST(StepTime, NoShardExposesItsAllReduceAndItGrowsWithTheLink) {
+  double last = -1;
+  for (double w : {1.0, 4.0, 16.0, 64.0}) {
+    const PlanSettings ps = timed(w);
+    const StrategyPlan ns = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+    EXPECT_FALSE(ns.step.shared_cores);
+    EXPECT_NEAR(ns.step.exposed_s, seconds_of(ps, ns, train::CollectiveKind::ReplicaAllReduce), 1e-12);
+    EXPECT_NEAR(ns.step.exposed_s, ns.step.comm_s, 1e-12);
+    EXPECT_GT(ns.step.exposed_s, last);
+    last = ns.step.exposed_s;
+    const StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+    EXPECT_LT(fs.step.exposed_s, fs.step.comm_s) << w;
+    EXPECT_GT(fs.step.exposed_s, 0);
+    EXPECT_NEAR(fs.step.step_s(), fs.step.compute_s + fs.step.exposed_s, 1e-15);
+  }
+}
+
+// Forward prefetch issues the next unit's gather before the current unit computes: less of the
+// forward's gathers is exposed. Backward prefetch likewise in backward (none: every gather waits).
+TEST(StepTime, PrefetchHidesGathers) {
+  PlanSettings ps = timed(1);
+  const double base = train::plan_strategy(ps, fsdp::Strategy::FullShard).step.exposed_s;
+  ps.engine.forward_prefetch = true;
+  EXPECT_LT(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.exposed_s, base);
+  ps.engine.forward_prefetch = false;
+  ps.engine.backward_prefetch = fsdp::BackwardPrefetch::None;
+  EXPECT_GT(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.exposed_s, base);
+}
+
+// More threads than cores on a host: compute runs at the host's core share, and the core time of
+// communication (copies, a TCP stack costing link_core_weight per link byte, the sync cost) is
+// serialised with it: with every link byte core time nothing is hidden; a slower wire's extra
+// time overlaps compute again.
+TEST(StepTime, AnOversubscribedHostSerialisesCommAndCompute) {
+  PlanSettings own_ps = timed(8, 1e-3, 2), shared_ps = timed(8, 1e-3, 1);
+  shared_ps.step.link_core_weight = 8;  // the link is the stack's speed: all core time
+  const StrategyPlan own = train::plan_strategy(own_ps, fsdp::Strategy::FullShard);
+  const StrategyPlan shared = train::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
+  EXPECT_FALSE(own.step.shared_cores);
+  EXPECT_TRUE(shared.step.shared_cores);
+  EXPECT_NEAR(shared.step.compute_s, 2 * own.step.compute_s, 1e-12);  // 2 ranks x 1 thread on 1 core
+  EXPECT_NEAR(shared.step.comm_s, own.step.comm_s, 1e-15);
+  EXPECT_NEAR(shared.step.comm_core_s, shared.step.comm_s, 1e-15);
+  EXPECT_NEAR(shared.step.exposed_s, shared.step.comm_s, 1e-12);
+  EXPECT_LT(own.step.exposed_s, own.step.comm_s);
+  // A wire 8x slower than the stack (W = 64): the core part is the same, the rest can hide.
+  PlanSettings wire = shared_ps;
+  wire.inter_host_weight = 64;
+  const StrategyPlan slow = train::plan_strategy(wire, fsdp::Strategy::FullShard);
+  EXPECT_NEAR(slow.step.comm_core_s, shared.step.comm_core_s, 1e-12);
+  EXPECT_LT(slow.step.exposed_s, slow.step.comm_s);
+  EXPECT_GT(slow.step.exposed_s, shared.step.exposed_s);
+  // The sync cost: per collective, on shared cores only.
+  shared_ps.step.sync_us = 1000;
+  own_ps.step.sync_us = 1000;
+  const StrategyPlan synced = train::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
+  EXPECT_NEAR(synced.step.comm_s - shared.step.comm_s, 1e-3 * synced.collectives.size(), 1e-9);
+  EXPECT_NEAR(train::plan_strategy(own_ps, fsdp::Strategy::FullShard).step.comm_s, own.step.comm_s, 1e-15);
+}
+
+// On shared cores each collective costs its sync time: no_shard's one all-reduce against the
+// sharded strategies' per-unit collectives. Enough sync cost flips the pick to no_shard.
+TEST(StepTime, SyncCostPerCollectiveFavoursFewCollectives) {
+  PlanSettings ps = timed(8, 1e-3, 1);
+  ps.step.link_core_weight = 8;
+  auto pick = [](const PlanSettings& p) {
+    auto plans = train::plan_all(p);
+    bool rc = true;
+    return plans[train::recommend(plans, int64_t(1) << 40, &rc)].strategy;
+  };
+  EXPECT_NE(pick(ps), fsdp::Strategy::NoShard);
+  ps.step.sync_us = 1e4;
+  EXPECT_EQ(pick(ps), fsdp::Strategy::NoShard);
+}
+
+// The recommendation is the shortest estimated step among the plans that fit, and it flips where
+// the estimate does: with a slow link and cores to spare, a sharded strategy hides its traffic
+// behind compute while no_shard's all-reduce is exposed; without compute to hide behind, no_shard
+// and shard_grad_op move the same bytes over the same ring and hybrid's quarter-size replica
+// all-reduce is the least.
+TEST(StepTime, RecommendationFollowsTheEstimate) {
+  for (double tflops : {0.0, 1e-4, 1e-3, 1e-2}) {
+    for (double w : {1.0, 8.0, 64.0}) {
+      const PlanSettings ps = timed(w, tflops);
+      auto plans = train::plan_all(ps);
+      bool rc = true;
+      const int best = train::recommend(plans, int64_t(1) << 40, &rc);
+      ASSERT_GE(best, 0);
+      for (const auto& p : plans) EXPECT_LE(plans[best].step.step_s(), p.step.step_s()) << tflops << " " << w;
+    }
+  }
+  auto pick = [](const PlanSettings& ps) {
+    auto plans = train::plan_all(ps);
+    bool rc = true;
+    return plans[train::recommend(plans, int64_t(1) << 40, &rc)].strategy;
+  };
+  // No compute: communication alone; the least weighted bytes (hybrid_shard_zero2 at W = 8).
+  EXPECT_EQ(pick(timed(8, 0)), fsdp::Strategy::HybridShardZero2);
+  // Slow compute on dedicated cores: a sharded strategy hides its link traffic, no_shard cannot.
+  const PlanSettings slow = timed(8, 1e-5);
+  EXPECT_NE(pick(slow), fsdp::Strategy::NoShard);
+  const StrategyPlan sgo = train::plan_strategy(slow, fsdp::Strategy::ShardGradOp);
+  const StrategyPlan ns = train::plan_strategy(slow, fsdp::Strategy::NoShard);
+  EXPECT_LT(sgo.step.step_s(), ns.step.step_s());
+  // The same on an oversubscribed host whose link bytes are all core time: nothing hides, and
+  // no_shard's one all-reduce moves the bytes shard_grad_op moves (same ring): equal.
+  PlanSettings shared = timed(8, 1e-5, 1);
+  shared.step.link_core_weight = 8;
+  const StrategyPlan sgo1 = train::plan_strategy(shared, fsdp::Strategy::ShardGradOp);
+  const StrategyPlan ns1 = train::plan_strategy(shared, fsdp::Strategy::NoShard);
+  EXPECT_NEAR(sgo1.step.step_s(), ns1.step.step_s(), 1e-9 * ns1.step.step_s());
 }

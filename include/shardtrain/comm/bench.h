@@ -17,6 +17,11 @@ struct CollectivesBenchOptions {
   std::string dtype = "fp32";  // fp32 | fp64 | bf16 | fp16
   int iters = 20;
   int warmup = 5;
+  // > 0: also time each collective issued right after this many milliseconds of compute (a
+  // matmul loop) on every rank, without a barrier between: what a collective costs beyond its
+  // in-step time when the ranks arrive from computing (on a host whose cores its ranks share,
+  // they arrive out of phase and the waiting ones poll on cores the others need).
+  double compute_ms = 0;
 };
 
 // One measured row: our Comm (MPI backend) against the raw MPI call on the same buffers.
@@ -27,6 +32,9 @@ struct CollectivesBenchRow {
   double time_us = 0, algbw = 0, busbw = 0;
   double raw_time_us = 0, raw_busbw = 0;
   double efficiency = 0;  // raw time / our time (== our busbw / raw busbw)
+  // compute_ms > 0: per iteration of "compute, then the collective" minus the same compute alone
+  // minus time_us: the collective's cost beyond its time when issued in step (can be < 0: noise).
+  double sync_us = 0;
 };
 
 // Collective over comm. Sizes double from min_bytes to max_bytes. Each iteration is timed

@@ -13,6 +13,7 @@
 #include "shardtrain/fsdp/options.h"
 #include "shardtrain/fsdp/wrap.h"
 #include "shardtrain/model/model.h"
+#include "shardtrain/train/step_time.h"
 
 namespace shardtrain::train {
 
@@ -33,6 +34,7 @@ struct PlanSettings {
   // fairly or fully. Past the list: inter_host_weight x e (the link's bandwidth split evenly).
   std::vector<double> shared_link_weights;
   int threads = 1;                  // intra-op threads per rank (bf16/fp16 GEMM workspace is per thread)
+  StepTimeSettings step;            // compute rate, bandwidth, latency, cores: the step-time estimate's inputs
 };
 
 // Reads model.*, fsdp.*, optimizer.*, train.* and parallel.shard_group_size from a deck.
@@ -87,7 +89,16 @@ struct StrategyPlan {
   // alone, quantize_grads alone, secondary_shards alone, and every one this strategy runs (-1:
   // the strategy does not run that option). `comm` is the deck's choice.
   int64_t inter_host_plain = 0, inter_host_qwz = -1, inter_host_qgz = -1, inter_host_hpz = -1, inter_host_all = -1;
+  // The deck's collectives one by one (what `comm` sums), and the step time they give.
+  std::vector<PlannedCollective> collectives;
+  StepEstimate step;               // with the deck's activation_checkpointing
+  StepEstimate step_no_recompute;  // activation_checkpointing = false
+  StepEstimate step_recompute;     // activation_checkpointing = true (one more forward per block)
 };
+
+// FLOPs of one step per rank: the model's own count for MFU (model::Model::train_flops_per_item)
+// x the items one rank trains on per step, plus the blocks' forward again under recomputation.
+double step_flops(const PlanSettings& s, bool recompute);
 
 // What one byte costs, in intra-host bytes, on a ring edge of a family whose rings put `edges`
 // edges on the busiest host's link at once: 0 edges 1 (no link), 1 edge inter_host_weight,
@@ -99,11 +110,14 @@ StrategyPlan plan_strategy(const PlanSettings& s, fsdp::Strategy strategy);
 std::vector<StrategyPlan> plan_all(const PlanSettings& s);
 const std::vector<fsdp::Strategy>& all_strategies();
 
-// Index in `plans` of the cheapest plan whose peak fits `device_bytes` (preferring no
-// recomputation, then the least weighted communication); -1 if none fits. *recompute tells
-// whether that plan needs activation checkpointing.
+// Index in `plans` of the plan whose peak fits `device_bytes` with the shortest estimated step
+// (StrategyPlan::step_no_recompute; if none fits without recomputation, step_recompute among
+// those that fit with it; ties to the smaller peak); -1 if none fits. *recompute tells whether
+// that plan needs activation checkpointing.
 int recommend(const std::vector<StrategyPlan>& plans, int64_t device_bytes, bool* recompute);
 
+// One line: what the step estimate assumed (rate and its source, bandwidth, latency, cores).
+std::string describe_step_assumptions(const PlanSettings& s);
 // The report `shardtrain plan` prints.
 std::string format_plan(const PlanSettings& s, const std::vector<StrategyPlan>& plans, int64_t device_bytes);
 // ASCII diagram: which rank holds which slice of which unit (blocks with one layout folded).

@@ -1,0 +1,102 @@
+// Step-time model of the planner: one training step's compute (the model's FLOPs at a given rate)
+// plus the communication the compute stream waits for, from the collectives the memory planner
+// derives from the engine's layout (train::comm_volume in memory_plan.cpp) and the engine's
+// schedule rules (fsdp/schedule.cpp: when each collective is issued and waited for); see
+// docs/memory-planner.md, "Step time".
+#pragma once
+#include <string>
+#include <vector>
+
+#include "shardtrain/fsdp/options.h"
+#include "shardtrain/fsdp/wrap.h"
+
+namespace shardtrain::train {
+
+// What the estimate assumes; every field is a `shardtrain plan` flag (or measured by it).
+struct StepTimeSettings {
+  // Achieved TFLOP/s of one rank running the model's step on its own `threads` cores (0: no
+  // compute term; the estimate is then the communication alone, nothing hidden behind it).
+  double compute_tflops = 0;
+  std::string compute_source = "none";
+  // Bandwidth of one ring edge inside a host, GB/s (1e9 B/s; `bench collectives` busbw of an
+  // all_reduce over the ranks of one host); an edge across a host's link runs at this / W_e
+  // (PlanSettings::inter_host_weight, shared_link_weights: measured the same way).
+  double intra_busbw_gbps = 20;
+  double latency_us = 10;  // per ring step (one send and receive to the next rank)
+  // Cores of one host; 0: at least ranks_per_host x threads (no oversubscription). Ranks whose
+  // threads outnumber the cores share them: compute runs at cores / (ranks x threads) of its
+  // rate, and the core time communication costs on a CPU host (shared-memory copies, the TCP
+  // stack, polling progress threads) does not overlap compute: only the wire's time does.
+  int cores_per_host = 0;
+  // Shared cores only: what moving one byte across a host's link costs the cores, in intra-host
+  // bytes (a TCP stack copies every byte; measured as the link weight W with the link unshaped,
+  // where the stack, not the wire, sets the rate). A link edge's time beyond this is the wire's:
+  // the cores are free to compute meanwhile.
+  double link_core_weight = 1;
+  // Shared cores only: core time lost per collective when its ranks arrive from computing, out
+  // of phase, and the early ones poll on cores the late ones need (`bench collectives
+  // --compute-ms`, the sync_us column).
+  double sync_us = 0;
+};
+
+// One collective of the step as the engine issues it, per rank.
+enum class CollectiveKind {
+  ForwardGather,     // a unit's all-gather before its forward
+  BackwardGather,    // a unit's all-gather again before its backward (reshard-after-forward)
+  ReduceScatter,     // a unit's gradient reduce-scatter after its backward
+  ReplicaAllReduce,  // the gradient shards' all-reduce over the replicate group after the last backward
+};
+const char* to_string(CollectiveKind k);
+
+struct PlannedCollective {
+  CollectiveKind kind = CollectiveKind::ForwardGather;
+  int unit = 0;          // index in StrategyPlan::units (ReplicaAllReduce: -1, every unit at once)
+  double bytes = 0;      // sent per rank by one occurrence
+  int per_micro = 1;     // occurrences per micro-batch (ReplicaAllReduce: per step, 1)
+  int ring_steps = 0;    // sends per rank: S-1 for a gather / reduce-scatter over S, 2(R-1) for an all-reduce
+  double weight = 1;     // max(1, link_weight(ring edges on the busiest host's link)): time per byte in intra-host bytes
+};
+
+struct StepEstimate {
+  double compute_s = 0;      // FLOPs / rate (at the host's core share)
+  double comm_s = 0;         // every collective's time, summed
+  double comm_core_s = 0;    // shared cores: the part of comm_s spent on the cores (serialised with compute)
+  double exposed_s = 0;      // the part of comm_s the compute stream waits for
+  bool shared_cores = false;  // oversubscribed host: communication serialised with compute
+  double step_s() const { return compute_s + exposed_s; }
+};
+
+struct StepTimeInputs {
+  fsdp::Strategy strategy = fsdp::Strategy::FullShard;
+  const std::vector<fsdp::UnitPlan>* units = nullptr;
+  const std::vector<PlannedCollective>* collectives = nullptr;
+  double step_flops = 0;       // per rank per step, recomputation included
+  int grad_accum = 1;
+  int ranks_per_host = 1, threads = 1;
+  bool forward_prefetch = false;
+  fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::Pre;
+  bool recompute = false;      // activation checkpointing: each block's forward runs again in its backward
+};
+
+// Seconds of one collective: latency x ring steps + bytes x weight / intra-host bandwidth, and on
+// shared cores (shared = true) the sync cost.
+double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c, bool shared = false);
+// Shared cores: the part of collective_seconds the cores spend (copies and the stack at
+// min(weight, link_core_weight), the sync cost); the rest is the wire's.
+double collective_core_seconds(const StepTimeSettings& s, const PlannedCollective& c);
+
+// The estimate: compute split over the units by their parameters (forward 1/3, backward 2/3 of a
+// unit's FLOPs, as 6N counts them), then the engine's order on two resources, the compute stream
+// and one communication channel (the link and the copies are shared by every collective):
+//   forward gather      waited before the unit's forward; issued one unit ahead when
+//                       fsdp.forward_prefetch (hidden behind the previous unit's forward);
+//   backward gather     issued one unit ahead when fsdp.backward_prefetch (hidden behind the
+//                       previous unit's backward), the first one exposed;
+//   reduce-scatter      runs behind the following units' backward; waited for when more than
+//                       fsdp::kMaxPendingReductions are pending, and all at the end of backward;
+//   replica all-reduce  after the last micro-batch's backward: exposed whole.
+// On an oversubscribed host (shared_cores) a collective's core part (collective_core_seconds)
+// runs on the compute stream when it is issued; only its wire part overlaps compute.
+StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in);
+
+}  // namespace shardtrain::train

@@ -1,0 +1,186 @@
+// The planner's step-time estimate: the engine's schedule (fsdp/schedule.cpp) replayed on a
+// compute stream and one communication channel, with the collectives the memory planner counted.
+#include "shardtrain/train/step_time.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+
+#include "shardtrain/fsdp/engine.h"
+
+namespace shardtrain::train {
+
+const char* to_string(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::ForwardGather: return "forward all-gather";
+    case CollectiveKind::BackwardGather: return "backward all-gather";
+    case CollectiveKind::ReduceScatter: return "reduce-scatter";
+    case CollectiveKind::ReplicaAllReduce: return "replica all-reduce";
+  }
+  return "?";
+}
+
+double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c, bool shared) {
+  const double bw = std::max(1e-9, s.intra_busbw_gbps) * 1e9;
+  return s.latency_us * 1e-6 * c.ring_steps + c.bytes * std::max(1.0, c.weight) / bw + (shared ? s.sync_us * 1e-6 : 0.0);
+}
+
+double collective_core_seconds(const StepTimeSettings& s, const PlannedCollective& c) {
+  const double bw = std::max(1e-9, s.intra_busbw_gbps) * 1e9;
+  const double w = std::max(1.0, std::min(c.weight, s.link_core_weight));
+  return std::min(collective_seconds(s, c, true), c.bytes * w / bw + s.sync_us * 1e-6);
+}
+
+namespace {
+
+// A FIFO channel: the collectives of a step run one after another on the link (and, with cores
+// to spare, the copies).
+struct Channel {
+  double free_at = 0;
+  double run(double issued, double seconds) {
+    free_at = std::max(free_at, issued) + seconds;
+    return free_at;
+  }
+};
+
+}  // namespace
+
+StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) {
+  StepEstimate e;
+  const auto& units = *in.units;
+  const auto& colls = *in.collectives;
+
+  // Compute: the host's cores shared by its ranks' threads when they outnumber them.
+  const int busy = std::max(1, in.ranks_per_host) * std::max(1, in.threads);
+  const double share = s.cores_per_host > 0 && s.cores_per_host < busy ? static_cast<double>(s.cores_per_host) / busy : 1.0;
+  e.shared_cores = share < 1.0;
+  const double rate = s.compute_tflops * 1e12 * share;
+  const double compute = rate > 0 ? in.step_flops / rate : 0.0;
+  e.compute_s = compute;
+
+  // Seconds per (unit, kind) per micro-batch, and the step's all-reduces: whole, and the part
+  // the cores spend (shared cores only; with cores to spare a free one does the copies).
+  struct Time {
+    double all = 0, core = 0;
+  };
+  std::map<std::pair<int, CollectiveKind>, Time> per_unit;
+  Time replica;
+  for (const auto& c : colls) {
+    const double t = collective_seconds(s, c, e.shared_cores);
+    const double k = e.shared_cores ? collective_core_seconds(s, c) : 0.0;
+    const double n = c.kind == CollectiveKind::ReplicaAllReduce ? 1.0 : c.per_micro;
+    Time& slot = c.kind == CollectiveKind::ReplicaAllReduce ? replica : per_unit[{c.unit, c.kind}];
+    slot.all += t * n;
+    slot.core += k * n;
+    const double per_step = c.kind == CollectiveKind::ReplicaAllReduce ? 1.0 : n * in.grad_accum;
+    e.comm_s += t * per_step;
+    e.comm_core_s += k * per_step;
+  }
+  if (compute <= 0) {  // nothing to hide behind
+    e.exposed_s = e.comm_s;
+    return e;
+  }
+  auto coll = [&](int u, CollectiveKind k) {
+    auto it = per_unit.find({u, k});
+    return it == per_unit.end() ? Time{} : it->second;
+  };
+
+  // The units in forward order: the root (its forward wraps the blocks; its FLOPs, the head's,
+  // come after them), then the blocks; the ignored group's FLOPs go with the root.
+  int root = -1;
+  std::vector<int> blocks;
+  double numel_all = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    numel_all += static_cast<double>(units[i].numel());
+    if (units[i].is_root) root = static_cast<int>(i);
+    else if (!units[i].is_ignored) blocks.push_back(static_cast<int>(i));
+  }
+  const double per_micro = compute / std::max(1, in.grad_accum);
+  auto flops_share = [&](int u) {
+    double n = static_cast<double>(units[u].numel());
+    if (u == root)
+      for (const auto& v : units)
+        if (v.is_ignored) n += static_cast<double>(v.numel());
+    return numel_all > 0 ? n / numel_all : 0.0;
+  };
+  // Forward is 2 of 6N's 6 FLOPs per parameter, backward 4; recomputation runs a block's
+  // forward again in its backward, which step_flops already counts: split it the same way.
+  const double rc = in.recompute ? 1.0 / 3.0 : 0.0;  // the blocks' extra forward, of their 6N
+  double blocks_share = 0;
+  for (int b : blocks) blocks_share += flops_share(b);
+  const double denom = 1.0 + rc * blocks_share;  // step_flops = base x denom
+  auto fwd = [&](int u) { return per_micro * flops_share(u) / denom / 3.0; };
+  auto bwd = [&](int u) {
+    const double base = per_micro * flops_share(u) / denom;
+    return base * 2.0 / 3.0 + (u == root ? 0.0 : rc * base);
+  };
+
+  Channel ch;
+  double t = 0;
+  std::map<int, double> gather_done;  // unit -> when its gather in flight finishes
+  // Issuing a collective: its core part runs on the compute stream (shared cores), the rest on
+  // the channel.
+  auto issue = [&](const Time& d) {
+    t += d.core;
+    return ch.run(t, d.all - d.core);
+  };
+  auto issue_gather = [&](int u, CollectiveKind k) {
+    if (u < 0 || gather_done.count(u)) return;
+    const Time d = coll(u, k);
+    if (d.all > 0) gather_done[u] = issue(d);
+  };
+  auto wait_gather = [&](int u) {
+    auto it = gather_done.find(u);
+    if (it == gather_done.end()) return;
+    t = std::max(t, it->second);
+    gather_done.erase(it);
+  };
+  const bool reshard = fsdp::reshards_after_forward(in.strategy);
+  for (int mb = 0; mb < std::max(1, in.grad_accum); ++mb) {
+    // forward: root, then the blocks, each waited before it runs.
+    std::vector<int> order;
+    if (root >= 0) order.push_back(root);
+    order.insert(order.end(), blocks.begin(), blocks.end());
+    for (size_t i = 0; i < order.size(); ++i) {
+      issue_gather(order[i], CollectiveKind::ForwardGather);
+      wait_gather(order[i]);
+      if (in.forward_prefetch && i + 1 < order.size()) issue_gather(order[i + 1], CollectiveKind::ForwardGather);
+      if (order[i] != root) t += fwd(order[i]);
+    }
+    if (root >= 0) t += fwd(root);
+    // backward: the head (root), the blocks last to first, then the root's reduce-scatter.
+    if (root >= 0) t += bwd(root) / 2;  // the head's half; the embedding's after the blocks
+    std::deque<double> pending;
+    auto reduce = [&](int u) {
+      const Time d = coll(u, CollectiveKind::ReduceScatter);
+      if (d.all <= 0) return;
+      pending.push_back(issue(d));
+      while (pending.size() > fsdp::kMaxPendingReductions) {
+        t = std::max(t, pending.front());
+        pending.pop_front();
+      }
+    };
+    for (size_t j = blocks.size(); j-- > 0;) {
+      const int u = blocks[j];
+      const int next = j > 0 ? blocks[j - 1] : -1;
+      if (reshard) {
+        issue_gather(u, CollectiveKind::BackwardGather);
+        wait_gather(u);
+        if (in.backward_prefetch == fsdp::BackwardPrefetch::Pre) issue_gather(next, CollectiveKind::BackwardGather);
+      }
+      t += bwd(u);
+      reduce(u);
+      if (reshard && in.backward_prefetch == fsdp::BackwardPrefetch::Post) issue_gather(next, CollectiveKind::BackwardGather);
+    }
+    if (root >= 0) {
+      t += bwd(root) / 2;
+      reduce(root);
+    }
+    for (double p : pending) t = std::max(t, p);
+  }
+  t = std::max(t, ch.free_at) + replica.all;  // the replica average waits for everything before it
+  e.exposed_s = std::max(0.0, t - compute);
+  return e;
+}
+
+}  // namespace shardtrain::train
