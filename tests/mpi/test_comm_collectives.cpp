@@ -99,6 +99,26 @@ TEST(CommMpi, ReduceScatterSumAvgMaxEveryDtypeSize) {
   }
 }
 
+// In place into another rank's slice (the validator allows any rank's slice): at 2 ranks the
+// only step sends that very slice while its result is written, so the sends must finish first;
+// a size of several ring segments. (Whether an unfinished send would read overwritten data
+// depends on timing; this checks the path's result.)
+TEST(CommMpi, ReduceScatterInPlaceIntoAnotherRanksSlice) {
+  auto comm = world_comm();
+  const int n = comm->size(), r = comm->rank();
+  if (n < 2) GTEST_SKIP() << "needs another rank";
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    const int64_t numel = kLargeOdd, total = padded(numel, n), shard = total / n;
+    const std::vector<at::Tensor> inputs = rank_inputs(n, numel, total, dt);
+    at::Tensor ref = reference_reduce(inputs, ReduceOp::Sum).narrow(0, r * shard, shard);
+    at::Tensor in = padded_values(r, numel, total, dt);
+    at::Tensor out = in.narrow(0, ((r + 1) % n) * shard, shard);
+    SCOPED_TRACE(dtype_str(dt));
+    comm->reduce_scatter(out, in, ReduceOp::Sum)->wait();
+    EXPECT_TRUE(same_values(out, ref));
+  }
+}
+
 // Small sizes: every dtype x op. Large size: every op for fp32 (MPI's own reduction) and bf16
 // (reduced in an fp32 copy, the path fp16 shares), Sum for fp64, fp16 and int64.
 TEST(CommMpi, AllReduceSumAvgMaxEveryDtypeSize) {
