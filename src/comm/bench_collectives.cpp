@@ -225,8 +225,7 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
           std::snprintf(line, sizeof line, " %10.1f", r.sync_us);
           out << line;
         }
-        std::snprintf(line, sizeof line, "\n");
-        out << line << std::flush;
+        out << "\n" << std::flush;
       }
     }
   }

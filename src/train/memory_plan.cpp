@@ -256,16 +256,12 @@ CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
     c.weight = w;
     out.collectives.push_back(c);
   };
-  double rep_step = 0, world_step = 0;  // the step's all-reduces (one coalesced call per group)
   for (size_t ui = 0; ui < p.units.size(); ++ui) {
     const auto& u = p.units[ui];
     const int unit = static_cast<int>(ui);
     for (const auto& f : u.flats) {
       if (u.is_ignored) {
-        if (N > 1) {
-          ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
-          world_step += 4.0 * f.numel * 2.0 * (N - 1) / N;
-        }
+        if (N > 1) ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
         continue;
       }
       const int gathers = u.is_root ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
@@ -275,28 +271,28 @@ CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
         const double one = qw ? packed + guard * plain : plain;
         emit(CollectiveKind::ForwardGather, unit, one, S - 1, weight(es));
         if (hp && gathers == 2) {
-          ag += ps.grad_accum * (qw ? packed + guard * plain : plain);
+          ag += ps.grad_accum * one;
           const double node = (Gn - 1.0) / Gn * f.padded * f.elem_bytes();
           ag_node += ps.grad_accum * node;
           emit(CollectiveKind::BackwardGather, unit, node, Gn - 1, 1.0);
         } else {
-          ag += ps.grad_accum * gathers * (qw ? packed + guard * plain : plain);
+          ag += ps.grad_accum * gathers * one;
           if (gathers == 2) emit(CollectiveKind::BackwardGather, unit, one, S - 1, weight(es));
         }
-        rs += ps.grad_accum * ring * f.padded * b_reduce;
-        emit(CollectiveKind::ReduceScatter, unit, ring * f.padded * b_reduce, S - 1, weight(es));
+        const double scatter = ring * f.padded * b_reduce;
+        rs += ps.grad_accum * scatter;
+        emit(CollectiveKind::ReduceScatter, unit, scatter, S - 1, weight(es));
       }
       if (R > 1) {
         const double plain = 4.0 * f.shard_numel * 2.0 * (R - 1) / R;
-        const double sent = qg ? (R - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) + guard * plain : plain;
-        ar_rep += sent;
-        rep_step += sent;
+        ar_rep += qg ? (R - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) + guard * plain : plain;
       }
     }
   }
-  // qgZ's replica average is an all-gather of packed shards (R - 1 steps), else a ring all-reduce.
-  emit(CollectiveKind::ReplicaAllReduce, -1, rep_step, qg ? R - 1 : 2 * (R - 1), weight(er));
-  emit(CollectiveKind::ReplicaAllReduce, -1, world_step, 2 * (N - 1), weight(ew));
+  // The step's all-reduces, one coalesced call per group (ar_rep, ar_world are per step): qgZ's
+  // replica average is an all-gather of packed shards (R - 1 steps), else a ring all-reduce.
+  emit(CollectiveKind::ReplicaAllReduce, -1, ar_rep, qg ? R - 1 : 2 * (R - 1), weight(er));
+  emit(CollectiveKind::ReplicaAllReduce, -1, ar_world, 2 * (N - 1), weight(ew));
   out.volume.all_gather = static_cast<int64_t>(ag + ag_node);
   out.volume.reduce_scatter = static_cast<int64_t>(rs);
   out.volume.all_reduce = static_cast<int64_t>(ar_rep + ar_world);
@@ -317,23 +313,30 @@ CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
 }
 }  // namespace
 
-double step_flops(const PlanSettings& ps, bool recompute) {
+namespace {
+// step_flops on the model and units plan_strategy already has.
+double step_flops(const PlanSettings& ps, const model::Model& m, const std::vector<fsdp::UnitPlan>& units,
+                  bool recompute) {
   // The trainer's MFU numerator per item (a token of a language model, an image of a ViT), times
   // the items one rank trains on in a step.
-  const std::shared_ptr<model::Model> meta = model::build_model(ps.spec, at::kMeta);
   const double items = static_cast<double>(ps.micro_batch * ps.grad_accum) *
                        (model::input_kind(ps.spec) == model::InputKind::Tokens ? static_cast<double>(ps.spec.seq_len) : 1.0);
-  const double flops = meta->train_flops_per_item() * items;
+  const double flops = m.train_flops_per_item() * items;
   if (!recompute) return flops;
   // Recomputation runs each block's forward (2 of the 6 FLOPs per parameter and token) again:
-  // the blocks' share of the count, by parameters.
-  const auto units = fsdp::plan_units(*meta, ps.engine, 1);
+  // the blocks' share of the count, by parameters (a unit's parameters do not depend on S).
   double all = 0, blocks = 0;
   for (const auto& u : units) {
     all += static_cast<double>(u.numel());
     if (!u.is_root && !u.is_ignored) blocks += static_cast<double>(u.numel());
   }
   return flops * (1.0 + (all > 0 ? blocks / all : 0.0) / 3.0);
+}
+}  // namespace
+
+double step_flops(const PlanSettings& ps, bool recompute) {
+  const std::shared_ptr<model::Model> meta = model::build_model(ps.spec, at::kMeta);
+  return step_flops(ps, *meta, fsdp::plan_units(*meta, ps.engine, 1), recompute);
 }
 
 StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
@@ -383,7 +386,7 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   in.backward_prefetch = ps.engine.backward_prefetch;
   for (bool rc : {false, true}) {
     in.recompute = rc;
-    in.step_flops = step_flops(ps, rc);
+    in.step_flops = step_flops(ps, *meta, p.units, rc);
     (rc ? p.step_recompute : p.step_no_recompute) = estimate_step(ps.step, in);
   }
   p.step = ps.engine.activation_checkpointing ? p.step_recompute : p.step_no_recompute;
