@@ -322,15 +322,8 @@ double step_flops(const PlanSettings& ps, const model::Model& m, const std::vect
   const double items = static_cast<double>(ps.micro_batch * ps.grad_accum) *
                        (model::input_kind(ps.spec) == model::InputKind::Tokens ? static_cast<double>(ps.spec.seq_len) : 1.0);
   const double flops = m.train_flops_per_item() * items;
-  if (!recompute) return flops;
-  // Recomputation runs each block's forward (2 of the 6 FLOPs per parameter and token) again:
-  // the blocks' share of the count, by parameters (a unit's parameters do not depend on S).
-  double all = 0, blocks = 0;
-  for (const auto& u : units) {
-    all += static_cast<double>(u.numel());
-    if (!u.is_root && !u.is_ignored) blocks += static_cast<double>(u.numel());
-  }
-  return flops * (1.0 + (all > 0 ? blocks / all : 0.0) / 3.0);
+  // Recomputation runs each block's forward again (a unit's parameters do not depend on S).
+  return recompute ? flops * recompute_flops_factor(units) : flops;
 }
 }  // namespace
 

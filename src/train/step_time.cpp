@@ -31,6 +31,15 @@ double collective_core_seconds(const StepTimeSettings& s, const PlannedCollectiv
   return std::min(collective_seconds(s, c, true), c.bytes * w / bw + s.sync_us * 1e-6);
 }
 
+double blocks_param_share(const std::vector<fsdp::UnitPlan>& units) {
+  double all = 0, blocks = 0;
+  for (const auto& u : units) {
+    all += static_cast<double>(u.numel());
+    if (!u.is_root && !u.is_ignored) blocks += static_cast<double>(u.numel());
+  }
+  return all > 0 ? blocks / all : 0.0;
+}
+
 namespace {
 
 // A FIFO channel: the collectives of a step run one after another on the link (and, with cores
@@ -106,9 +115,7 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
   // Forward is 2 of 6N's 6 FLOPs per parameter, backward 4; recomputation runs a block's
   // forward again in its backward, which step_flops already counts: split it the same way.
   const double rc = in.recompute ? 1.0 / 3.0 : 0.0;  // the blocks' extra forward, of their 6N
-  double blocks_share = 0;
-  for (int b : blocks) blocks_share += flops_share(b);
-  const double denom = 1.0 + rc * blocks_share;  // step_flops = base x denom
+  const double denom = in.recompute ? recompute_flops_factor(units) : 1.0;  // step_flops = base x denom
   auto fwd = [&](int u) { return per_micro * flops_share(u) / denom / 3.0; };
   auto bwd = [&](int u) {
     const double base = per_micro * flops_share(u) / denom;

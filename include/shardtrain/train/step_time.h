@@ -78,6 +78,14 @@ struct StepTimeInputs {
   bool recompute = false;      // activation checkpointing: each block's forward runs again in its backward
 };
 
+// The blocks' share of the model's parameters (the units that are neither root nor ignored):
+// recomputation runs their forward again, 1/3 of their 6N FLOPs, so a recomputing step has
+// recompute_flops_factor(units) times the FLOPs of one without (step_flops, estimate_step).
+double blocks_param_share(const std::vector<fsdp::UnitPlan>& units);
+inline double recompute_flops_factor(const std::vector<fsdp::UnitPlan>& units) {
+  return 1.0 + blocks_param_share(units) / 3.0;
+}
+
 // Seconds of one collective: latency x ring steps + bytes x weight / intra-host bandwidth, and on
 // shared cores (shared = true) the sync cost.
 double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c, bool shared = false);
