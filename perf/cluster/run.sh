@@ -7,12 +7,13 @@
 # `shardtrain plan`'s inter-host bytes per step, its estimated step time per strategy and its
 # recommendation (the shortest estimated step) for that link, from inputs measured here (below).
 #
-#   perf/cluster/run.sh [SHARDTRAIN] [--rates "none 1gbit 250mbit"] [--strategies "..."] [--steps K] [--table-only]
+#   perf/cluster/run.sh [SHARDTRAIN] [--rates "none 1gbit 250mbit"] [--strategies "..."] [--steps K] [--reps R] [--table-only]
 #
 # Bytes per step: two runs per cell, W and W+K steps (same deck, same start-up, same final
 # checkpoint); (counters after the longer - counters after the shorter) / K cancels MPI wire-up,
 # initialisation and the checkpoint write. Step time and comm share: the median of the longer
-# run's steps after the first W. Output: a Markdown table on stdout, raw numbers in $OUT/raw.tsv
+# run's steps after the first W (with --reps R: of R such runs, the strategies in turn). Output:
+# a Markdown table on stdout, raw numbers in $OUT/raw.tsv
 # (OUT=perf/cluster/out by default). Needs root (namespaces); the cluster is removed on exit.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,14 +22,15 @@ ST=$REPO/build/bin/shardtrain
 [[ ${1:-} != --* && -n ${1:-} ]] && { ST=$(realpath "$1"); shift; }
 RATES="none 1gbit 250mbit"
 STRATS="full_shard shard_grad_op no_shard hybrid_shard hybrid_shard_zero2"
-K=6 W=2 TABLE_ONLY=0
+K=6 W=2 REPS=1 TABLE_ONLY=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
     --strategies) STRATS=$2; shift 2 ;;
     --steps) K=$2; shift 2 ;;
+    --reps) REPS=$2; shift 2 ;;          # timed runs per cell (step time: median over all their steps)
     --table-only) TABLE_ONLY=1; shift ;;   # the runs' raw.tsv exists: weights, planner and table only
-    *) echo "usage: $0 [SHARDTRAIN] [--rates R] [--strategies S] [--steps K]" >&2; exit 2 ;;
+    *) echo "usage: $0 [SHARDTRAIN] [--rates R] [--strategies S] [--steps K] [--reps R] [--table-only]" >&2; exit 2 ;;
   esac
 done
 DECK=$HERE/wide.toml
@@ -72,18 +74,30 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]
 # one inter-host byte costs W intra-host bytes, W = (intra-host bandwidth) / (link bandwidth).
 plan_out() { "$ST" plan "$DECK" --ranks 4 --ranks-per-host 2 "$@" 2>/dev/null; }
 
+steps() { # RATE STRATEGY FIELD: that field of every timed step (after the first W) of the cell's runs
+  local r files=("$OUT/$1-$2/metrics.jsonl")
+  for ((r = 2; r <= REPS; r++)); do files+=("$OUT/$1-$2-rep$r/metrics.jsonl"); done
+  cat "${files[@]}" | sed -n 's/.*"step":\([0-9]*\).*/\1 &/p' | awk -v w="$W" '$1 > w' | sed -n "s/.*\"$3\":\\([^,}]*\\).*/\\1/p"
+}
+
 if [[ $TABLE_ONLY == 0 ]]; then
 echo -e "rate\tstrategy\tstep_ms\tcomm_share\tnode1_tx_per_step\tnode1_rx_per_step\tnode2_tx_per_step\tnode2_rx_per_step" > "$OUT/raw.tsv"
 for rate in $RATES; do
   "$CL/cluster.sh" rate "$rate"
+  declare -A PER=()
   for s in $STRATS; do
     a=$(run "$s" "$W" "$OUT/$rate-$s-short")
     b=$(run "$s" $((W + K)) "$OUT/$rate-$s")
-    per=$(paste -d' ' <(tr ' ' '\n' <<<"$a") <(tr ' ' '\n' <<<"$b") | awk -v k="$K" 'NF == 2 { printf "%.0f\t", ($2 - $1) / k }')
-    m=$OUT/$rate-$s/metrics.jsonl
-    ms=$(sed -n 's/.*"step":\([0-9]*\).*/\1 &/p' "$m" | awk -v w="$W" '$1 > w' | sed -n 's/.*"step_ms":\([^,}]*\).*/\1/p' | median)
-    cs=$(sed -n 's/.*"step":\([0-9]*\).*/\1 &/p' "$m" | awk -v w="$W" '$1 > w' | sed -n 's/.*"comm_share":\([^,}]*\).*/\1/p' | median)
-    echo -e "$rate\t$s\t$ms\t$cs\t${per%$'\t'}" | tee -a "$OUT/raw.tsv" >&2
+    PER[$s]=$(paste -d' ' <(tr ' ' '\n' <<<"$a") <(tr ' ' '\n' <<<"$b") | awk -v k="$K" 'NF == 2 { printf "%.0f\t", ($2 - $1) / k }')
+  done
+  # More timed runs, the strategies in turn (so that a slow spell of the machine hits them alike).
+  for ((r = 2; r <= REPS; r++)); do
+    for s in $STRATS; do run "$s" $((W + K)) "$OUT/$rate-$s-rep$r" > /dev/null; done
+  done
+  for s in $STRATS; do
+    ms=$(steps "$rate" "$s" step_ms | median)
+    cs=$(steps "$rate" "$s" comm_share | median)
+    echo -e "$rate\t$s\t$ms\t$cs\t${PER[$s]%$'\t'}" | tee -a "$OUT/raw.tsv" >&2
   done
 done
 fi
@@ -97,8 +111,11 @@ fi
 #          2-rank jobs across the nodes at once (hybrid's replicate rings {0,2}, {1,3}). W2 is not
 #          2 W: a 2-rank all-reduce's two phases stall the link between them, and two such flows
 #          through one shaped link get less than a fair split of its rate (perf/README.md);
-#   link core weight  W with the link unshaped: the TCP stack's core time per link byte (there
-#          the stack, not the wire, sets the rate; what a shaped link adds is the wire's);
+#   link core weight  the core time of a link byte in intra-node bytes: `bench collectives
+#          --compute-ms 20`'s core_us (what a collective adds to matmuls running beside it, on
+#          the 4 ranks unshaped) over the bytes a rank sends at the intra-node edge's bandwidth.
+#          Not W unshaped: a TCP flow through the veth is not bound by the cores alone (two
+#          flows at once each got as much as one), so part of its time hides behind compute;
 #   latency  a 1 KiB all_reduce over the 4 ranks / its 6 ring steps, unshaped;
 #   sync   `bench collectives --compute-ms 20`: the core time a collective costs beyond its
 #          in-step time when the ranks arrive from 20 ms of matmuls (about this deck's compute
@@ -111,37 +128,43 @@ busbw() { # NODES NP [OP]: the median busbw (GB/s) of OP (all_reduce) over NP ra
   "$CL/mpirun-cluster" --nodes "$1" -np "$2" "$ST" bench collectives --op "${3:-all_reduce}" --min-bytes 16M --max-bytes 16M \
     --dtype fp32 --iters 10 --warmup 2 2>/dev/null | awk -v op="${3:-all_reduce}" '$1 == op { print $7 }'
 }
-busbw_pair() { # two 2-rank jobs across the 2 nodes at once: the mean of their busbw
-  local a b
-  busbw 2 2 > "$OUT/pair.a" & a=$!
-  busbw 2 2 > "$OUT/pair.b" & b=$!
-  wait "$a" "$b"
-  cat "$OUT/pair.a" "$OUT/pair.b" | awk '{ s += $1 } END { print s / NR }'
-  rm -f "$OUT/pair.a" "$OUT/pair.b"
+busbw_groups() { # FLAGS: the busbw (GB/s) of 16 MiB all_reduces in 2-rank groups at once, in one job of the 4
+  # ranks (so that the groups run together, as the mesh's do): contiguous = {0,1} {2,3}, the shard
+  # groups inside the nodes; --strided = {0,2} {1,3}, hybrid's replicate pairs across the link
+  # shellcheck disable=SC2086
+  "$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op all_reduce --min-bytes 16M --max-bytes 16M --dtype fp32 \
+    --iters 10 --warmup 2 --group-size 2 $1 2>/dev/null | awk '$1 == "all_reduce" { print $7 }'
 }
-busbw_intra() { # node 1's 2 ranks and node 2's 2 ranks, each a job of its own, at once: the mean
-  local a b
-  busbw 1 2 > "$OUT/intra.a" & a=$!
-  "$CL/mpirun-cluster" --first 2 --nodes 1 -np 2 "$ST" bench collectives --op all_reduce --min-bytes 16M --max-bytes 16M \
-    --dtype fp32 --iters 10 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { print $7 }' > "$OUT/intra.b" & b=$!
-  wait "$a" "$b"
-  cat "$OUT/intra.a" "$OUT/intra.b" | awk '{ s += $1 } END { print s / NR }'
-  rm -f "$OUT/intra.a" "$OUT/intra.b"
-}
+busbw_pair() { busbw_groups --strided; }
+busbw_intra() { busbw_groups ""; }
 "$CL/cluster.sh" rate none
 intra=$(busbw_intra)
 link0=$(busbw 2 4)
 lat=$("$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op all_reduce --min-bytes 1K --max-bytes 1K --dtype fp32 \
   --iters 20 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { printf "%.1f", $5 / 6 }')
-sync=$(for op in all_gather reduce_scatter all_reduce; do
+for op in all_gather reduce_scatter all_reduce; do  # op bytes sync_us core_us
   "$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op $op --min-bytes 16M --max-bytes 16M --dtype fp32 --iters 10 \
-    --warmup 2 --compute-ms 20 2>/dev/null | awk -v op=$op '$1 == op { print $11 }'
-done | tee "$OUT/sync.txt" | median | awk '{ printf "%.0f", ($1 > 0 ? $1 : 0) }')
+    --warmup 2 --compute-ms 20 2>/dev/null | awk -v op=$op '$1 == op { print $1, $2, $11, $12 }'
+done > "$OUT/sync.txt"
+sync=$(awk '{ print $3 }' "$OUT/sync.txt" | median | awk '{ printf "%.0f", ($1 > 0 ? $1 : 0) }')
+# The link core weights, per op (all_gather, reduce_scatter, all_reduce): its core time (core_us)
+# over the model's core time of the bytes one rank sends (0.75 x size for all_gather and
+# reduce_scatter over 4, 1.5 x size for all_reduce) at the intra-node edge's bandwidth, at least 1.
+W0=$(awk -v b="$intra" '{ sent = ($1 == "all_reduce" ? 1.5 : 0.75) * $2; w = $4 * 1e-6 * b * 1e9 / sent
+  printf "%s%.2f", (NR > 1 ? "," : ""), (w > 1 ? w : 1) }' "$OUT/sync.txt")
+# The optimizer per parameter (bench_optim: adamw fused + the clipping norm's sum_of_squares, one
+# core), so that the rate below is forward + backward's and each strategy's optimizer its shards'.
+optns=$("$(dirname "$ST")/bench_optim" 16 2>/dev/null | awk -F'|' '$3 ~ /adamw fused, 1 range/ || $3 ~ /sum_of_squares/ { ms += $4 }
+  END { printf "%.3f", ms * 1e6 / (16 * 1048576) }')
 rm -rf "$OUT/compute"
 "$ST" train "$DECK" --set parallel.strategy=no_shard --set train.global_batch=1 --set train.max_steps=$((W + K)) \
   --set run.out_dir="$OUT/compute" > "$OUT/compute.log" 2>&1 || { tail -20 "$OUT/compute.log" >&2; exit 1; }
+# Its rate without the optimizer: FLOPs (tflops x step) over the step less the optimizer's time
+# on every parameter (no_shard at one rank updates them all).
+nparams=$("$ST" plan "$DECK" --ranks 1 2>/dev/null | sed -n 's/.*x [0-9]*, [0-9]* heads, \([0-9,]*\) parameters.*/\1/p' | tr -d ,)
 tflops=$(sed -n 's/.*"step":\([0-9]*\).*/\1 &/p' "$OUT/compute/metrics.jsonl" | awk -v w="$W" '$1 > w' |
-  sed -n 's/.*"tflops":\([^,}]*\).*/\1/p' | median)
+  sed -n 's/.*"step_ms":\([^,}]*\).*"tflops":\([^,}]*\).*/\1 \2/p' |
+  awk -v ns="$optns" -v n="$nparams" '{ ms = $1; print $2 * ms / (ms - ns * n * 1e-6) }' | median)
 cores=$(( $(nproc) / 2 ))
 [[ $cores -ge 1 ]] || cores=1
 echo -e "rate\tintra_GBps\tlink_GBps\tW\tlink2_GBps\tW2" > "$OUT/weights.tsv"
@@ -151,8 +174,7 @@ for rate in $RATES; do
   inter2=$(busbw_pair)
   echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.2f", a / b }')\t$inter2\t$(awk -v a="$intra" -v b="$inter2" 'BEGIN { printf "%.2f", a / b }')" >> "$OUT/weights.tsv"
 done
-W0=$(awk -v a="$intra" -v b="$link0" 'BEGIN { printf "%.2f", a / b }')
-echo -e "intra_GBps\tlink_core_weight\tlatency_us\tsync_us\tcompute_tflops\tcores_per_host\n$intra\t$W0\t$lat\t$sync\t$tflops\t$cores" > "$OUT/inputs.tsv"
+echo -e "intra_GBps\tlink_core_weight\tlatency_us\tsync_us\tcompute_tflops\tcores_per_host\toptimizer_ns\n$intra\t$W0\t$lat\t$sync\t$tflops\t$cores\t$optns" > "$OUT/inputs.tsv"
 "$CL/cluster.sh" stop
 trap - EXIT
 cat "$OUT/weights.tsv" "$OUT/inputs.tsv" >&2
@@ -161,10 +183,10 @@ cat "$OUT/weights.tsv" "$OUT/inputs.tsv" >&2
 # estimated step and exposed communication per strategy, and its recommendation (the shortest
 # estimated step), from the inputs measured above.
 to_bytes() { awk '{ v = $1; u = $2; m = 1; if (u == "KiB") m = 1024; if (u == "MiB") m = 1048576; if (u == "GiB") m = 1073741824; printf "%.0f", v * m }'; }
-IFS=$'\t' read -r intra W0 lat sync tflops cores < <(tail -1 "$OUT/inputs.tsv")
+IFS=$'\t' read -r intra W0 lat sync tflops cores optns < <(tail -1 "$OUT/inputs.tsv")
 plan_flags() { # RATE: the plan's flags for that link setting
   echo "--inter-host-weight $(awk -v r="$1" '$1 == r { print $4 "," $6 }' "$OUT/weights.tsv") --compute-tflops $tflops" \
-    "--intra-host-busbw $intra --latency-us $lat --cores-per-host $cores --link-core-weight $W0 --sync-us $sync"
+    "--intra-host-busbw $intra --latency-us $lat --cores-per-host $cores --link-core-weight $W0 --sync-us $sync --optimizer-ns-per-param $optns"
 }
 declare -A PLAN REC EST EXP
 cell() { # PLAN-TEXT ROW-LABEL STRATEGY-INDEX: one cell of the plan's table (labels fill 26 columns)

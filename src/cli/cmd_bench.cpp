@@ -60,6 +60,11 @@ void add_bench_collectives(CLI::App& app, CommandFn& selected) {
   sub->add_option("--compute-ms", args->opts.compute_ms,
                   "Also time each collective issued after this many ms of matmuls on every rank (sync_us column)")
       ->check(CLI::Range(0.0, 1e5));
+  sub->add_option("--group-size", args->opts.group_size,
+                  "Run in groups of this many ranks at once, each its own collective (default: all ranks)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_flag("--strided", args->opts.group_strided,
+                "Groups of ranks equal modulo (ranks / group size) (replicate groups), not consecutive ranks");
   sub->callback([&selected, args] {
     selected = [args](runtime::Runtime& rt) { return run_bench_collectives(rt, *args); };
   });

@@ -2,6 +2,7 @@
 // a recommendation; with --measure, real steps under the counting allocator next to the plan.
 #include <ATen/Parallel.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -31,8 +32,9 @@ struct PlanArgs {
   double intra_busbw = train::StepTimeSettings{}.intra_busbw_gbps;
   double latency_us = train::StepTimeSettings{}.latency_us;
   int cores_per_host = 0;     // 0: this machine's cores
-  double link_core_weight = train::StepTimeSettings{}.link_core_weight;
+  std::string link_core_weight = "1";
   double sync_us = train::StepTimeSettings{}.sync_us;
+  double optimizer_ns = train::StepTimeSettings{}.optimizer_ns_per_param;
   bool measure = false;
   std::vector<std::string> strategies;
   int steps = 2;
@@ -50,9 +52,9 @@ std::vector<fsdp::Strategy> parse_strategies(const std::vector<std::string>& arg
   return out;
 }
 
-// --inter-host-weight W[,W2,W3...]: W for one ring edge on a host's link, W2 for each of 2 edges
-// sharing it at once, ... (measured: perf/cluster/run.sh; docs/memory-planner.md).
-void parse_link_weights(const std::string& text, train::PlanSettings* ps) {
+// A flag's comma-separated numbers, each in [lo, hi]; `form` says what the flag takes.
+std::vector<double> parse_numbers(const std::string& flag, const std::string& text, double lo, double hi,
+                                  const std::string& form) {
   std::vector<double> w;
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
@@ -63,14 +65,32 @@ void parse_link_weights(const std::string& text, train::PlanSettings* ps) {
     } catch (const std::exception&) {
       used = 0;
     }
-    ST_USER_CHECK(used > 0 && used == item.size() && v >= 1e-6 && v <= 1e6, "--inter-host-weight '", text,
-                  "': comma-separated numbers in [1e-6, 1e6] (W for one ring edge on a host's link, then W2 for",
-                  " each of 2 edges sharing it, ...), not '", item, "'");
+    ST_USER_CHECK(used > 0 && used == item.size() && v >= lo && v <= hi, flag, " '", text, "': ", form,
+                  ", each in [", lo, ", ", hi, "], not '", item, "'");
     w.push_back(v);
   }
-  ST_USER_CHECK(!w.empty(), "--inter-host-weight '", text, "': give at least one number");
+  ST_USER_CHECK(!w.empty(), flag, " '", text, "': ", form);
+  return w;
+}
+
+// --inter-host-weight W[,W2,W3...]: W for one ring edge on a host's link, W2 for each of 2 edges
+// sharing it at once, ... (measured: perf/cluster/run.sh; docs/memory-planner.md).
+void parse_link_weights(const std::string& text, train::PlanSettings* ps) {
+  const std::vector<double> w = parse_numbers(
+      "--inter-host-weight", text, 1e-6, 1e6,
+      "comma-separated numbers (W for one ring edge on a host's link, then W2 for each of 2 edges sharing it, ...)");
   ps->inter_host_weight = w[0];
   ps->shared_link_weights.assign(w.begin() + 1, w.end());
+}
+
+// --link-core-weight W or AG,RS,AR: one weight for every op, or one per op.
+std::array<double, 3> parse_link_core_weights(const std::string& text) {
+  const std::vector<double> w =
+      parse_numbers("--link-core-weight", text, 1, 1e6, "one number, or three (all-gather, reduce-scatter, all-reduce)");
+  ST_USER_CHECK(w.size() == 1 || w.size() == 3, "--link-core-weight '", text,
+                "': give one number, or three (all-gather, reduce-scatter, all-reduce)");
+  if (w.size() == 1) return {w[0], w[0], w[0]};
+  return {w[0], w[1], w[2]};
 }
 
 int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
@@ -97,8 +117,9 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     wanted = parse_strategies(a.strategies);
     ps.step.intra_busbw_gbps = a.intra_busbw;
     ps.step.latency_us = a.latency_us;
-    ps.step.link_core_weight = a.link_core_weight;
+    ps.step.link_core_weight = parse_link_core_weights(a.link_core_weight);
     ps.step.sync_us = a.sync_us;
+    ps.step.optimizer_ns_per_param = a.optimizer_ns;
   });
   // Cores per host: given, else this machine's; under --measure the simulated hosts of this job
   // share this machine's cores (ranks_per_host of its local ranks each).
@@ -229,10 +250,16 @@ void add_plan(CLI::App& app, CommandFn& selected) {
                   "time does not overlap compute")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--link-core-weight", args->link_core_weight,
-                  "Step estimate, shared cores: core time of a link byte in intra-host bytes (a TCP stack: the link "
-                  "weight measured unshaped); the link's time beyond it overlaps compute")
+                  "Step estimate, shared cores: core time of a link byte in intra-host bytes, one number or "
+                  "AG,RS,AR per op (bench collectives --compute-ms: core_us over a ring across the links); the "
+                  "link's time beyond it overlaps compute")
+      ->capture_default_str();
+  sub->add_option("--optimizer-ns-per-param", args->optimizer_ns,
+                  "Step estimate: one core's optimizer step (+ clipping norm) per parameter it updates, ns (bench_optim); "
+                  "given, --compute-tflops is forward + backward alone and each rank updates its shards (default 0: the "
+                  "optimizer is inside the rate)")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 1e6));
+      ->check(CLI::Range(0.0, 1e6));
   sub->add_option("--sync-us", args->sync_us,
                   "Step estimate, shared cores: core time lost per collective by ranks arriving out of phase "
                   "(bench collectives --compute-ms: sync_us)")

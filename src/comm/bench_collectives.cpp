@@ -84,6 +84,28 @@ double sync_seconds(MPI_Comm comm, const std::function<void()>& fn, double ms, i
   return both - alone - median(in_step);
 }
 
+// Median seconds of (issue the collective, `ms` of matmuls meanwhile, wait) minus the median of
+// the matmuls alone, iterations of both interleaved and each started in step (a barrier): what
+// the collective adds to compute running beside it. With cores to spare that is max(0, its time
+// - ms): its wire time hides. On cores its ranks share it is its core time (the copies, the
+// reductions, the TCP stack, polling), which cannot hide; `ms` should exceed its time.
+double overlap_seconds(MPI_Comm comm, const std::function<WorkPtr()>& issue, double ms, int iters) {
+  const Work w = make_work(comm, ms);
+  auto both = [&] {
+    WorkPtr h = issue();
+    w.run();
+    h->wait();
+  };
+  auto alone = [&] { w.run(); };
+  timed(comm, both);  // warm-up
+  std::vector<double> t_both, t_alone;
+  for (int i = 0; i < iters; ++i) {
+    t_both.push_back(timed(comm, both));
+    t_alone.push_back(timed(comm, alone));
+  }
+  return median(t_both) - median(t_alone);
+}
+
 }  // namespace
 
 int64_t parse_byte_size(const std::string& text) {
@@ -130,14 +152,29 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
   ST_USER_CHECK(o.min_bytes > 0 && o.min_bytes <= o.max_bytes, "need 0 < --min-bytes <= --max-bytes");
   ST_USER_CHECK(o.iters >= 1 && o.warmup >= 0, "need --iters >= 1 and --warmup >= 0");
 
-  int rank = 0, n = 1;
+  int rank = 0, world_n = 1;
   ST_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  ST_MPI_CHECK(MPI_Comm_size(comm, &n));
+  ST_MPI_CHECK(MPI_Comm_size(comm, &world_n));
+  ST_USER_CHECK(o.group_size >= 0 && (o.group_size == 0 || world_n % o.group_size == 0), "--group-size ",
+                o.group_size, " must divide the ", world_n, " ranks");
+  // The groups, each running the benchmark at the same time as the others (the traffic pattern
+  // of a mesh dimension: contiguous = shard groups inside hosts, strided = replicate groups).
+  const int g = o.group_size > 0 ? o.group_size : world_n;
+  const int color = o.group_strided ? rank % (world_n / g) : rank / g;
+  MPI_Comm group = MPI_COMM_NULL;
+  ST_MPI_CHECK(MPI_Comm_split(comm, color, rank, &group));
+  const int n = g;
   MPI_Comm raw = MPI_COMM_NULL;
-  ST_MPI_CHECK(MPI_Comm_dup(comm, &raw));
+  ST_MPI_CHECK(MPI_Comm_dup(group, &raw));
   CommOptions copts;
   copts.timeout_s = 600;
-  auto ours = make_mpi_comm(comm, "bench", copts);
+  auto ours = make_mpi_comm(group, "bench", copts);
+  // A row's times: the slowest group's.
+  auto slowest = [&](double v) {
+    double worst = v;
+    ST_MPI_CHECK(MPI_Allreduce(&v, &worst, 1, MPI_DOUBLE, MPI_MAX, comm));
+    return worst;
+  };
   const int64_t esize = c10::elementSize(dtype);
   const MPI_Datatype mt = detail::mpi_datatype(dtype);
   const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
@@ -147,6 +184,9 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
   std::vector<CollectivesBenchRow> rows;
   char line[320];
   if (rank == 0) {
+    if (g != world_n)
+      out << "# " << world_n / g << " groups of " << g << " ranks at once (" << (o.group_strided ? "strided" : "contiguous")
+          << "); each row: the slowest group's times\n";
     out << "# shardtrain bench collectives: " << n << " ranks, dtype " << tname << ", backend mpi, "
         << o.iters << " iters (median over iterations of the slowest rank), warmup " << o.warmup << "\n"
         << "# size = total bytes: n x per-rank bytes for all_gather/reduce_scatter (as nccl-tests), "
@@ -159,10 +199,13 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
     if (o.compute_ms > 0)
       out << "# sync_us = per iteration of (" << o.compute_ms << " ms of matmuls on every rank, then our collective, no "
              "barrier) minus the matmuls alone minus time_us: the collective's cost beyond time_us when ranks arrive "
-             "from computing\n";
+             "from computing\n"
+          << "# core_us = per iteration of (our collective issued, max(" << o.compute_ms << " ms, 2 x time_us) of "
+             "matmuls meanwhile, then waited) minus the matmuls alone: what it adds to compute beside it (its core "
+             "time; wire time hides)\n";
     std::snprintf(line, sizeof line, "%-15s %12s %12s %-9s %10s %9s %9s %10s %9s %10s%s\n", "# op",
                   "size(B)", "count(el)", "type", "time_us", "algbw", "busbw", "raw_us",
-                  "raw_busbw", "efficiency", o.compute_ms > 0 ? "    sync_us" : "");
+                  "raw_busbw", "efficiency", o.compute_ms > 0 ? "    sync_us    core_us" : "");
     out << line << std::flush;
   }
   for (const std::string& op : ops) {
@@ -176,43 +219,48 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
       at::Tensor big = at::zeros({count}, opts);                       // gathered / input of RS
       at::Tensor small = at::zeros({op == "all_reduce" ? 0 : per_rank}, opts);
       std::function<void()> mine, plain;
+      std::function<WorkPtr()> issue;
       const int c = static_cast<int>(per_rank);
       if (op == "all_gather") {
-        mine = [&] { ours->all_gather(big, small)->wait(); };
+        issue = [&] { return ours->all_gather(big, small); };
         plain = [&] {
           ST_MPI_CHECK(MPI_Allgather(small.data_ptr(), c, mt, big.data_ptr(), c, mt, raw));
         };
       } else if (op == "reduce_scatter") {
-        mine = [&] { ours->reduce_scatter(small, big, ReduceOp::Sum)->wait(); };
+        issue = [&] { return ours->reduce_scatter(small, big, ReduceOp::Sum); };
         plain = [&] {
           ST_MPI_CHECK(MPI_Reduce_scatter_block(big.data_ptr(), small.data_ptr(), c, mt, sum, raw));
         };
       } else {
-        mine = [&] { ours->all_reduce(big, ReduceOp::Sum)->wait(); };
+        issue = [&] { return ours->all_reduce(big, ReduceOp::Sum); };
         plain = [&] {
           ST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, big.data_ptr(), c, mt, sum, raw));
         };
       }
+      mine = [&] { issue()->wait(); };
       for (int i = 0; i < o.warmup; ++i) {
-        timed(comm, mine);
-        timed(comm, plain);
+        timed(group, mine);
+        timed(group, plain);
       }
       std::vector<double> t_ours, t_raw;
       for (int i = 0; i < o.iters; ++i) {
-        t_ours.push_back(timed(comm, mine));
-        t_raw.push_back(timed(comm, plain));
+        t_ours.push_back(timed(group, mine));
+        t_raw.push_back(timed(group, plain));
       }
       CollectivesBenchRow r;
-      if (o.compute_ms > 0) r.sync_us = 1e6 * sync_seconds(comm, mine, o.compute_ms, o.iters);
       r.op = op;
       r.bytes = count * esize;
       r.count = count;
-      r.time_us = 1e6 * median(t_ours);
-      r.raw_time_us = 1e6 * median(t_raw);
+      r.time_us = 1e6 * slowest(median(t_ours));
+      r.raw_time_us = 1e6 * slowest(median(t_raw));
       r.algbw = r.bytes / (r.time_us * 1e3);
       r.busbw = r.algbw * factor;
       r.raw_busbw = r.bytes / (r.raw_time_us * 1e3) * factor;
       r.efficiency = r.raw_time_us / r.time_us;
+      if (o.compute_ms > 0) {
+        r.sync_us = 1e6 * slowest(sync_seconds(group, mine, o.compute_ms, o.iters));
+        r.core_us = 1e6 * slowest(overlap_seconds(group, issue, std::max(o.compute_ms, 2e-3 * r.time_us), o.iters));
+      }
       rows.push_back(r);
       if (rank == 0) {
         std::snprintf(line, sizeof line,
@@ -222,7 +270,7 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
                       r.efficiency);
         out << line;
         if (o.compute_ms > 0) {
-          std::snprintf(line, sizeof line, " %10.1f", r.sync_us);
+          std::snprintf(line, sizeof line, " %10.1f %10.1f", r.sync_us, r.core_us);
           out << line;
         }
         out << "\n" << std::flush;
@@ -231,6 +279,7 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
   }
   ours.reset();
   ST_MPI_CHECK(MPI_Comm_free(&raw));
+  ST_MPI_CHECK(MPI_Comm_free(&group));
   return rows;
 }
 

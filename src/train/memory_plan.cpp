@@ -376,6 +376,8 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   in.ranks_per_host = G;
   in.threads = ps.threads;
   in.forward_prefetch = ps.engine.forward_prefetch;
+  for (const auto& u : p.units)
+    for (const auto& f : u.flats) in.params_per_rank += static_cast<double>(f.shard_numel);
   in.backward_prefetch = ps.engine.backward_prefetch;
   for (bool rc : {false, true}) {
     in.recompute = rc;
@@ -574,23 +576,27 @@ std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int 
 
 std::string describe_step_assumptions(const PlanSettings& ps) {
   const StepTimeSettings& t = ps.step;
-  char b[960];
+  char b[1100];
   const int busy = ps.ranks_per_host * std::max(1, ps.threads);
   char cores[320];
   if (t.cores_per_host > 0 && t.cores_per_host < busy)
     std::snprintf(cores, sizeof cores,
                   "%d cores per host for %d ranks x %d threads: compute at %.2f of the rate; communication's core part "
-                  "(link bytes x %.3g, +%.4g us per collective) serialised with it",
+                  "(link bytes x %.3g / %.3g / %.3g for all-gather / reduce-scatter / all-reduce, +%.4g us per "
+                  "collective) serialised with it",
                   t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads), static_cast<double>(t.cores_per_host) / busy,
-                  t.link_core_weight, t.sync_us);
+                  t.link_core_weight[0], t.link_core_weight[1], t.link_core_weight[2], t.sync_us);
   else if (t.cores_per_host > 0)
     std::snprintf(cores, sizeof cores, "%d cores per host for %d ranks x %d threads: communication overlaps compute",
                   t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads));
   else
     std::snprintf(cores, sizeof cores, "cores per host not given: communication overlaps compute");
+  char opt[96] = "";
+  if (t.optimizer_ns_per_param > 0)
+    std::snprintf(opt, sizeof opt, " + the optimizer at %.3g ns per parameter of the rank's shards", t.optimizer_ns_per_param);
   if (t.compute_tflops > 0)
-    std::snprintf(b, sizeof b, "compute %.4g TFLOP/s per rank (%s); intra-host edge %.3g GB/s, link edges / W_e; latency %.3g us per ring step; %s",
-                  t.compute_tflops, t.compute_source.c_str(), t.intra_busbw_gbps, t.latency_us, cores);
+    std::snprintf(b, sizeof b, "compute %.4g TFLOP/s per rank (%s)%s; intra-host edge %.3g GB/s, link edges / W_e; latency %.3g us per ring step; %s",
+                  t.compute_tflops, t.compute_source.c_str(), opt, t.intra_busbw_gbps, t.latency_us, cores);
   else
     std::snprintf(b, sizeof b, "no compute rate (communication only, none hidden); intra-host edge %.3g GB/s, link edges / W_e; latency %.3g us per ring step",
                   t.intra_busbw_gbps, t.latency_us);

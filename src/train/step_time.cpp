@@ -20,6 +20,16 @@ const char* to_string(CollectiveKind k) {
   return "?";
 }
 
+int op_index(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::ForwardGather:
+    case CollectiveKind::BackwardGather: return 0;
+    case CollectiveKind::ReduceScatter: return 1;
+    case CollectiveKind::ReplicaAllReduce: return 2;
+  }
+  return 0;
+}
+
 double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c, bool shared) {
   const double bw = std::max(1e-9, s.intra_busbw_gbps) * 1e9;
   return s.latency_us * 1e-6 * c.ring_steps + c.bytes * std::max(1.0, c.weight) / bw + (shared ? s.sync_us * 1e-6 : 0.0);
@@ -27,7 +37,7 @@ double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c,
 
 double collective_core_seconds(const StepTimeSettings& s, const PlannedCollective& c) {
   const double bw = std::max(1e-9, s.intra_busbw_gbps) * 1e9;
-  const double w = std::max(1.0, std::min(c.weight, s.link_core_weight));
+  const double w = std::max(1.0, std::min(c.weight, s.link_core_weight[op_index(c.kind)]));
   return std::min(collective_seconds(s, c, true), c.bytes * w / bw + s.sync_us * 1e-6);
 }
 
@@ -65,7 +75,8 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
   e.shared_cores = share < 1.0;
   const double rate = s.compute_tflops * 1e12 * share;
   const double compute = rate > 0 ? in.step_flops / rate : 0.0;
-  e.compute_s = compute;
+  e.optimizer_s = s.optimizer_ns_per_param * 1e-9 * in.params_per_rank / share;
+  e.compute_s = compute + e.optimizer_s;
 
   // Seconds per (unit, kind) per micro-batch, and the step's all-reduces: whole, and the part
   // the cores spend (shared cores only; with cores to spare a free one does the copies).
@@ -86,6 +97,8 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
     e.comm_core_s += k * per_step;
   }
   if (compute <= 0) {  // nothing to hide behind
+    e.compute_s = 0;
+    e.optimizer_s = 0;
     e.exposed_s = e.comm_s;
     return e;
   }
@@ -186,7 +199,8 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
     for (double p : pending) t = std::max(t, p);
   }
   t = std::max(t, ch.free_at) + replica.all;  // the replica average waits for everything before it
-  e.exposed_s = std::max(0.0, t - compute);
+  t += e.optimizer_s;
+  e.exposed_s = std::max(0.0, t - e.compute_s);
   return e;
 }
 

@@ -464,7 +464,7 @@ TEST(StepTime, PrefetchHidesGathers) {
 // time overlaps compute again.
 TEST(StepTime, AnOversubscribedHostSerialisesCommAndCompute) {
   PlanSettings own_ps = timed(8, 1e-3, 2), shared_ps = timed(8, 1e-3, 1);
-  shared_ps.step.link_core_weight = 8;  // the link is the stack's speed: all core time
+  shared_ps.step.link_core_weight = {8, 8, 8};  // the link is the stack's speed: all core time
   const StrategyPlan own = train::plan_strategy(own_ps, fsdp::Strategy::FullShard);
   const StrategyPlan shared = train::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
   EXPECT_FALSE(own.step.shared_cores);
@@ -493,7 +493,7 @@ TEST(StepTime, AnOversubscribedHostSerialisesCommAndCompute) {
 // sharded strategies' per-unit collectives. Enough sync cost flips the pick to no_shard.
 TEST(StepTime, SyncCostPerCollectiveFavoursFewCollectives) {
   PlanSettings ps = timed(8, 1e-3, 1);
-  ps.step.link_core_weight = 8;
+  ps.step.link_core_weight = {8, 8, 8};
   auto pick = [](const PlanSettings& p) {
     auto plans = train::plan_all(p);
     bool rc = true;
@@ -536,8 +536,23 @@ TEST(StepTime, RecommendationFollowsTheEstimate) {
   // The same on an oversubscribed host whose link bytes are all core time: nothing hides, and
   // no_shard's one all-reduce moves the bytes shard_grad_op moves (same ring): equal.
   PlanSettings shared = timed(8, 1e-5, 1);
-  shared.step.link_core_weight = 8;
+  shared.step.link_core_weight = {8, 8, 8};
   const StrategyPlan sgo1 = train::plan_strategy(shared, fsdp::Strategy::ShardGradOp);
   const StrategyPlan ns1 = train::plan_strategy(shared, fsdp::Strategy::NoShard);
   EXPECT_NEAR(sgo1.step.step_s(), ns1.step.step_s(), 1e-9 * ns1.step.step_s());
+}
+
+// The optimizer updates each rank's shards: at 4 ranks full_shard's optimizer term is 1/4 of
+// no_shard's (up to the padding), and it is compute, added to the step after the last collective.
+TEST(StepTime, TheOptimizerUpdatesTheRanksShards) {
+  PlanSettings ps = timed(8, 1e-3, 2);
+  const StrategyPlan base = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  ps.step.optimizer_ns_per_param = 10;
+  const StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  const StrategyPlan ns = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  EXPECT_EQ(base.step.optimizer_s, 0.0);
+  EXPECT_GT(fs.step.optimizer_s, 0.0);
+  EXPECT_NEAR(ns.step.optimizer_s / fs.step.optimizer_s, 4.0, 0.05);
+  EXPECT_NEAR(fs.step.compute_s - base.step.compute_s, fs.step.optimizer_s, 1e-12);
+  EXPECT_NEAR(fs.step.step_s() - base.step.step_s(), fs.step.optimizer_s, 1e-9);
 }

@@ -22,6 +22,12 @@ struct CollectivesBenchOptions {
   // in-step time when the ranks arrive from computing (on a host whose cores its ranks share,
   // they arrive out of phase and the waiting ones poll on cores the others need).
   double compute_ms = 0;
+  // > 0: split the ranks into groups of this many, each running the benchmark at the same time
+  // (the traffic of one mesh dimension: its groups' collectives share the hosts and links);
+  // contiguous groups {0..g-1}, {g..2g-1}, ... (shard groups inside hosts), or strided
+  // (group_strided: ranks equal modulo n/g, the replicate groups). Rows: the slowest group.
+  int group_size = 0;
+  bool group_strided = false;
 };
 
 // One measured row: our Comm (MPI backend) against the raw MPI call on the same buffers.
@@ -35,6 +41,10 @@ struct CollectivesBenchRow {
   // compute_ms > 0: per iteration of "compute, then the collective" minus the same compute alone
   // minus time_us: the collective's cost beyond its time when issued in step (can be < 0: noise).
   double sync_us = 0;
+  // compute_ms > 0: per iteration of "issue the collective, max(compute_ms, 2 time_us) of compute
+  // meanwhile, wait" minus the compute alone: what it adds to compute running beside it, its core
+  // time where the ranks share cores (0 with cores to spare, where its wire time hides).
+  double core_us = 0;
 };
 
 // Collective over comm. Sizes double from min_bytes to max_bytes. Each iteration is timed

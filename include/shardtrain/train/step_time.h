@@ -4,6 +4,7 @@
 // schedule rules (fsdp/schedule.cpp: when each collective is issued and waited for); see
 // docs/memory-planner.md, "Step time".
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,11 @@ struct StepTimeSettings {
   // compute term; the estimate is then the communication alone, nothing hidden behind it).
   double compute_tflops = 0;
   std::string compute_source = "none";
+  // One core's optimizer step (and the clipping norm) per parameter it updates, ns; 0: the
+  // optimizer is inside compute_tflops. Given, compute_tflops is the rate of forward and backward
+  // alone, and each rank's optimizer updates its shard: 1/S of the parameters, all of them under
+  // no_shard (`bench_optim`: adamw fused + sum_of_squares, ms / elements).
+  double optimizer_ns_per_param = 0;
   // Bandwidth of one ring edge inside a host, GB/s (1e9 B/s; `bench collectives` busbw of an
   // all_reduce over the ranks of one host); an edge across a host's link runs at this / W_e
   // (PlanSettings::inter_host_weight, shared_link_weights: measured the same way).
@@ -29,10 +35,11 @@ struct StepTimeSettings {
   // stack, polling progress threads) does not overlap compute: only the wire's time does.
   int cores_per_host = 0;
   // Shared cores only: what moving one byte across a host's link costs the cores, in intra-host
-  // bytes (a TCP stack copies every byte; measured as the link weight W with the link unshaped,
-  // where the stack, not the wire, sets the rate). A link edge's time beyond this is the wire's:
-  // the cores are free to compute meanwhile.
-  double link_core_weight = 1;
+  // bytes, per op (all-gather, reduce-scatter, all-reduce: their message patterns keep the cores
+  // busy differently; measured by `bench collectives --compute-ms`, core_us, over a ring that
+  // crosses the links). A link edge's time beyond this is the wire's, or waiting on it: the cores
+  // are free to compute meanwhile.
+  std::array<double, 3> link_core_weight{1, 1, 1};
   // Shared cores only: core time lost per collective when its ranks arrive from computing, out
   // of phase, and the early ones poll on cores the late ones need (`bench collectives
   // --compute-ms`, the sync_us column).
@@ -47,6 +54,8 @@ enum class CollectiveKind {
   ReplicaAllReduce,  // the gradient shards' all-reduce over the replicate group after the last backward
 };
 const char* to_string(CollectiveKind k);
+// The index of k's op in StepTimeSettings::link_core_weight (0 all-gather, 1 reduce-scatter, 2 all-reduce).
+int op_index(CollectiveKind k);
 
 struct PlannedCollective {
   CollectiveKind kind = CollectiveKind::ForwardGather;
@@ -58,7 +67,8 @@ struct PlannedCollective {
 };
 
 struct StepEstimate {
-  double compute_s = 0;      // FLOPs / rate (at the host's core share)
+  double compute_s = 0;      // FLOPs / rate, plus the optimizer (at the host's core share)
+  double optimizer_s = 0;    // of compute_s: the optimizer's step on this rank's shard
   double comm_s = 0;         // every collective's time, summed
   double comm_core_s = 0;    // shared cores: the part of comm_s spent on the cores (serialised with compute)
   double exposed_s = 0;      // the part of comm_s the compute stream waits for
@@ -71,6 +81,7 @@ struct StepTimeInputs {
   const std::vector<fsdp::UnitPlan>* units = nullptr;
   const std::vector<PlannedCollective>* collectives = nullptr;
   double step_flops = 0;       // per rank per step, recomputation included
+  double params_per_rank = 0;  // the parameters this rank's optimizer updates (its shards)
   int grad_accum = 1;
   int ranks_per_host = 1, threads = 1;
   bool forward_prefetch = false;
@@ -102,7 +113,8 @@ double collective_core_seconds(const StepTimeSettings& s, const PlannedCollectiv
 //                       previous unit's backward), the first one exposed;
 //   reduce-scatter      runs behind the following units' backward; waited for when more than
 //                       fsdp::kMaxPendingReductions are pending, and all at the end of backward;
-//   replica all-reduce  after the last micro-batch's backward: exposed whole.
+//   replica all-reduce  after the last micro-batch's backward: exposed whole;
+//   optimizer           after it, on the rank's shards (optimizer_ns_per_param).
 // On an oversubscribed host (shared_cores) a collective's core part (collective_core_seconds)
 // runs on the compute stream when it is issued; only its wire part overlaps compute.
 StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in);
