@@ -103,19 +103,21 @@ done
 fi
 # The planner's inputs, measured here (docs/memory-planner.md, "Step time"):
 #   intra  the bandwidth of one ring edge inside a node: `shardtrain bench collectives --op
-#          all_reduce` (16 MiB, median busbw) over the 2 ranks of node 1 and, at the same time, over
-#          those of node 2 (the nodes share this machine's cores: as hybrid's shard groups run);
+#          all_reduce` (16 MiB, median busbw) over the 2 ranks of node 1 and, at the same time in the
+#          same job (--group-size 2), over those of node 2 (the nodes share this machine's cores: as
+#          hybrid's shard groups run; two jobs side by side overlap only in part);
 #   W_e    intra / the busbw of a ring edge across a node's link when e edges leave the node at
 #          once, each measured with the pattern that puts e edges on the link: W (e = 1) 4 ranks,
-#          2 per node (the world ring of full_shard, shard_grad_op, no_shard); W2 (e = 2) two
-#          2-rank jobs across the nodes at once (hybrid's replicate rings {0,2}, {1,3}). W2 is not
+#          2 per node (the world ring of full_shard, shard_grad_op, no_shard); W2 (e = 2) the
+#          2-rank groups {0,2}, {1,3} across the nodes at once in one job (--strided: hybrid's
+#          replicate rings). W2 is not
 #          2 W: a 2-rank all-reduce's two phases stall the link between them, and two such flows
 #          through one shaped link get less than a fair split of its rate (perf/README.md);
 #   link core weight  the core time of a link byte in intra-node bytes: `bench collectives
 #          --compute-ms 20`'s core_us (what a collective adds to matmuls running beside it, on
-#          the 4 ranks unshaped) over the bytes a rank sends at the intra-node edge's bandwidth.
-#          Not W unshaped: a TCP flow through the veth is not bound by the cores alone (two
-#          flows at once each got as much as one), so part of its time hides behind compute;
+#          the 4 ranks unshaped) over the bytes a rank sends at the intra-node edge's bandwidth,
+#          per op. Not W unshaped, which would make all of a link byte's time core time: the
+#          pipelined reduce-scatter adds only 0.4-0.6 of its time to compute beside it;
 #   latency  a 1 KiB all_reduce over the 4 ranks / its 6 ring steps, unshaped;
 #   sync   `bench collectives --compute-ms 20`: the core time a collective costs beyond its
 #          in-step time when the ranks arrive from 20 ms of matmuls (about this deck's compute

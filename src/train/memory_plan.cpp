@@ -376,9 +376,9 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   in.ranks_per_host = G;
   in.threads = ps.threads;
   in.forward_prefetch = ps.engine.forward_prefetch;
+  in.backward_prefetch = ps.engine.backward_prefetch;
   for (const auto& u : p.units)
     for (const auto& f : u.flats) in.params_per_rank += static_cast<double>(f.shard_numel);
-  in.backward_prefetch = ps.engine.backward_prefetch;
   for (bool rc : {false, true}) {
     in.recompute = rc;
     in.step_flops = step_flops(ps, *meta, p.units, rc);

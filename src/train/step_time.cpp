@@ -75,7 +75,7 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
   e.shared_cores = share < 1.0;
   const double rate = s.compute_tflops * 1e12 * share;
   const double compute = rate > 0 ? in.step_flops / rate : 0.0;
-  e.optimizer_s = s.optimizer_ns_per_param * 1e-9 * in.params_per_rank / share;
+  e.optimizer_s = rate > 0 ? s.optimizer_ns_per_param * 1e-9 * in.params_per_rank / share : 0.0;
   e.compute_s = compute + e.optimizer_s;
 
   // Seconds per (unit, kind) per micro-batch, and the step's all-reduces: whole, and the part
@@ -97,8 +97,6 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
     e.comm_core_s += k * per_step;
   }
   if (compute <= 0) {  // nothing to hide behind
-    e.compute_s = 0;
-    e.optimizer_s = 0;
     e.exposed_s = e.comm_s;
     return e;
   }
