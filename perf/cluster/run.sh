@@ -7,14 +7,16 @@
 # `shardtrain plan`'s inter-host bytes per step, its estimated step time per strategy and its
 # recommendation (the shortest estimated step) for that link, from inputs measured here (below).
 #
-#   perf/cluster/run.sh [SHARDTRAIN] [--rates "none 1gbit 250mbit"] [--strategies "..."] [--steps K] [--reps R] [--table-only]
+#   perf/cluster/run.sh [SHARDTRAIN] [--rates "none 1gbit 250mbit"] [--strategies "..."] [--steps K] [--reps R]
+#                       [--input-reps I] [--table-only]
 #
 # Bytes per step: two runs per cell, W and W+K steps (same deck, same start-up, same final
 # checkpoint); (counters after the longer - counters after the shorter) / K cancels MPI wire-up,
 # initialisation and the checkpoint write. Step time and comm share: the median of the longer
 # run's steps after the first W (with --reps R: of R such runs, the strategies in turn). Output:
 # a Markdown table on stdout, raw numbers in $OUT/raw.tsv
-# (OUT=perf/cluster/out by default). Needs root (namespaces); the cluster is removed on exit.
+# (OUT=perf/cluster/out by default). The planner's inputs: each the median of I measurements
+# (--input-reps, default 3; one reading of core_us moved by 30% between runs). Needs root (namespaces); the cluster is removed on exit.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -22,15 +24,16 @@ ST=$REPO/build/bin/shardtrain
 [[ ${1:-} != --* && -n ${1:-} ]] && { ST=$(realpath "$1"); shift; }
 RATES="none 1gbit 250mbit"
 STRATS="full_shard shard_grad_op no_shard hybrid_shard hybrid_shard_zero2"
-K=6 W=2 REPS=1 TABLE_ONLY=0
+K=6 W=2 REPS=1 IREPS=3 TABLE_ONLY=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
     --strategies) STRATS=$2; shift 2 ;;
     --steps) K=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;          # timed runs per cell (step time: median over all their steps)
+    --input-reps) IREPS=$2; shift 2 ;;   # measurements per planner input (their median)
     --table-only) TABLE_ONLY=1; shift ;;   # the runs' raw.tsv exists: weights, planner and table only
-    *) echo "usage: $0 [SHARDTRAIN] [--rates R] [--strategies S] [--steps K] [--reps R] [--table-only]" >&2; exit 2 ;;
+    *) echo "usage: $0 [SHARDTRAIN] [--rates R] [--strategies S] [--steps K] [--reps R] [--input-reps I] [--table-only]" >&2; exit 2 ;;
   esac
 done
 DECK=$HERE/wide.toml
@@ -139,14 +142,25 @@ busbw_groups() { # FLAGS: the busbw (GB/s) of 16 MiB all_reduces in 2-rank group
 }
 busbw_pair() { busbw_groups --strided; }
 busbw_intra() { busbw_groups ""; }
+latency() { # the per-ring-step time (us) of a 1 KiB all_reduce over the 4 ranks (6 ring steps)
+  "$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op all_reduce --min-bytes 1K --max-bytes 1K --dtype fp32 \
+    --iters 20 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { printf "%.1f\n", $5 / 6 }'
+}
+inputs() { local i; for ((i = 0; i < IREPS; i++)); do "$@"; done | median; }  # CMD...: median of IREPS runs
 "$CL/cluster.sh" rate none
-intra=$(busbw_intra)
-link0=$(busbw 2 4)
-lat=$("$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op all_reduce --min-bytes 1K --max-bytes 1K --dtype fp32 \
-  --iters 20 --warmup 2 2>/dev/null | awk '$1 == "all_reduce" { printf "%.1f", $5 / 6 }')
-for op in all_gather reduce_scatter all_reduce; do  # op bytes sync_us core_us
-  "$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op $op --min-bytes 16M --max-bytes 16M --dtype fp32 --iters 10 \
-    --warmup 2 --compute-ms 20 2>/dev/null | awk -v op=$op '$1 == op { print $1, $2, $11, $12 }'
+intra=$(inputs busbw_intra)
+link0=$(inputs busbw 2 4)
+lat=$(inputs latency)
+for ((i = 0; i < IREPS; i++)); do  # op bytes sync_us core_us, IREPS lines per op
+  for op in all_gather reduce_scatter all_reduce; do
+    "$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op $op --min-bytes 16M --max-bytes 16M --dtype fp32 --iters 20 \
+      --warmup 2 --compute-ms 20 2>/dev/null | awk -v op=$op '$1 == op { print $1, $2, $11, $12 }'
+  done
+done > "$OUT/sync-all.txt"
+for op in all_gather reduce_scatter all_reduce; do  # per op: the median sync_us and core_us
+  echo "$op $(awk -v op=$op '$1 == op { print $2; exit }' "$OUT/sync-all.txt")" \
+    "$(awk -v op=$op '$1 == op { print $3 }' "$OUT/sync-all.txt" | median)" \
+    "$(awk -v op=$op '$1 == op { print $4 }' "$OUT/sync-all.txt" | median)"
 done > "$OUT/sync.txt"
 sync=$(awk '{ print $3 }' "$OUT/sync.txt" | median | awk '{ printf "%.0f", ($1 > 0 ? $1 : 0) }')
 # The link core weights, per op (all_gather, reduce_scatter, all_reduce): its core time (core_us)
@@ -172,8 +186,8 @@ cores=$(( $(nproc) / 2 ))
 echo -e "rate\tintra_GBps\tlink_GBps\tW\tlink2_GBps\tW2" > "$OUT/weights.tsv"
 for rate in $RATES; do
   "$CL/cluster.sh" rate "$rate"
-  if [[ $rate == none ]]; then inter=$link0; else inter=$(busbw 2 4); fi  # unshaped: measured above
-  inter2=$(busbw_pair)
+  if [[ $rate == none ]]; then inter=$link0; else inter=$(inputs busbw 2 4); fi  # unshaped: measured above
+  inter2=$(inputs busbw_pair)
   echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.2f", a / b }')\t$inter2\t$(awk -v a="$intra" -v b="$inter2" 'BEGIN { printf "%.2f", a / b }')" >> "$OUT/weights.tsv"
 done
 echo -e "intra_GBps\tlink_core_weight\tlatency_us\tsync_us\tcompute_tflops\tcores_per_host\toptimizer_ns\n$intra\t$W0\t$lat\t$sync\t$tflops\t$cores\t$optns" > "$OUT/inputs.tsv"
