@@ -116,16 +116,18 @@ fi
 #          replicate rings). W2 is not
 #          2 W: a 2-rank all-reduce's two phases stall the link between them, and two such flows
 #          through one shaped link get less than a fair split of its rate (perf/README.md);
-#   link core weight  the core time of a link byte in intra-node bytes: `bench collectives
-#          --compute-ms 20`'s core_us (what a collective adds to matmuls running beside it, on
-#          the 4 ranks unshaped) over the bytes a rank sends at the intra-node edge's bandwidth,
-#          per op. Not W unshaped, which would make all of a link byte's time core time: the
-#          pipelined reduce-scatter adds only 0.4-0.6 of its time to compute beside it;
+#   core costs  per op and ring kind (link: the world ring of the 4 ranks, across the nodes;
+#          intra: the 2 ranks of each node, both nodes' groups at once, --group-size 2), from
+#          `bench collectives --compute-ms 20` on 16 MiB, unshaped:
+#          core weight = core_us (what the collective adds to matmuls running beside it) over the
+#          time of the bytes a rank sends at the intra-node edge's bandwidth; not W unshaped, which
+#          would make all of a link byte's time core time (the pipelined reduce-scatter adds only
+#          0.4-0.6 of its time to compute beside it);
+#          sync = sync_us (clamped at 0): what the collective costs beyond its in-step time when
+#          the ranks arrive from 20 ms of matmuls (about this deck's compute between two
+#          collectives). Inside a node it is 3-10 ms (a shared-memory exchange needs both ranks
+#          scheduled at once), on the TCP ring about 0 (socket buffers let the early one go on);
 #   latency  a 1 KiB all_reduce over the 4 ranks / its 6 ring steps, unshaped;
-#   sync   `bench collectives --compute-ms 20`: the core time a collective costs beyond its
-#          in-step time when the ranks arrive from 20 ms of matmuls (about this deck's compute
-#          between two collectives), median over all_gather, reduce_scatter and all_reduce of
-#          16 MiB over the 4 ranks, unshaped (clamped at 0);
 #   compute  the achieved TFLOP/s of one rank alone (1 thread, no communication: the deck's
 #          step at one sequence, no_shard), median of its steps after the first 2;
 #   cores per host  this machine's cores / the 2 nodes (the namespaces share them).
@@ -151,23 +153,36 @@ inputs() { local i; for ((i = 0; i < IREPS; i++)); do "$@"; done | median; }  # 
 intra=$(inputs busbw_intra)
 link0=$(inputs busbw 2 4)
 lat=$(inputs latency)
-for ((i = 0; i < IREPS; i++)); do  # op bytes sync_us core_us, IREPS lines per op
+core_costs() { # KIND FLAGS: "op bytes sync_us core_us" per op (medians of IREPS runs) of 16 MiB collectives
+  # after 20 ms of matmuls (--compute-ms 20) over the rings of KIND: link = the world ring of the 4
+  # ranks (across the links), intra = 2-rank groups inside the nodes, both at once (--group-size 2)
+  local i op
+  for ((i = 0; i < IREPS; i++)); do
+    for op in all_gather reduce_scatter all_reduce; do
+      # shellcheck disable=SC2086
+      "$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op $op --min-bytes 16M --max-bytes 16M --dtype fp32 --iters 12 \
+        --warmup 2 --compute-ms 20 $2 2>/dev/null | awk -v op=$op '$1 == op { print $1, $2, $11, $12 }'
+    done
+  done > "$OUT/cores-$1-all.txt"
   for op in all_gather reduce_scatter all_reduce; do
-    "$CL/mpirun-cluster" -np 4 "$ST" bench collectives --op $op --min-bytes 16M --max-bytes 16M --dtype fp32 --iters 20 \
-      --warmup 2 --compute-ms 20 2>/dev/null | awk -v op=$op '$1 == op { print $1, $2, $11, $12 }'
-  done
-done > "$OUT/sync-all.txt"
-for op in all_gather reduce_scatter all_reduce; do  # per op: the median sync_us and core_us
-  echo "$op $(awk -v op=$op '$1 == op { print $2; exit }' "$OUT/sync-all.txt")" \
-    "$(awk -v op=$op '$1 == op { print $3 }' "$OUT/sync-all.txt" | median)" \
-    "$(awk -v op=$op '$1 == op { print $4 }' "$OUT/sync-all.txt" | median)"
-done > "$OUT/sync.txt"
-sync=$(awk '{ print $3 }' "$OUT/sync.txt" | median | awk '{ printf "%.0f", ($1 > 0 ? $1 : 0) }')
-# The link core weights, per op (all_gather, reduce_scatter, all_reduce): its core time (core_us)
-# over the model's core time of the bytes one rank sends (0.75 x size for all_gather and
-# reduce_scatter over 4, 1.5 x size for all_reduce) at the intra-node edge's bandwidth, at least 1.
-W0=$(awk -v b="$intra" '{ sent = ($1 == "all_reduce" ? 1.5 : 0.75) * $2; w = $4 * 1e-6 * b * 1e9 / sent
-  printf "%s%.2f", (NR > 1 ? "," : ""), (w > 1 ? w : 1) }' "$OUT/sync.txt")
+    echo "$op $(awk -v op=$op '$1 == op { print $2; exit }' "$OUT/cores-$1-all.txt")" \
+      "$(awk -v op=$op '$1 == op { print $3 }' "$OUT/cores-$1-all.txt" | median)" \
+      "$(awk -v op=$op '$1 == op { print $4 }' "$OUT/cores-$1-all.txt" | median)"
+  done > "$OUT/cores-$1.txt"
+}
+core_costs link ""
+core_costs intra "--group-size 2"
+# Per op (all_gather, reduce_scatter, all_reduce) and ring kind: the sync cost (us, clamped at 0),
+# and the core weight: core_us over the model's time of the bytes one rank sends (G = 4 ranks on
+# the link ring, 2 in a node's group: (G-1)/G x size for all_gather and reduce_scatter, 2(G-1)/G
+# x size for all_reduce) at the intra-node edge's bandwidth.
+syncs() { awk '{ printf "%s%.0f", (NR > 1 ? "," : ""), ($3 > 0 ? $3 : 0) }' "$OUT/cores-$1.txt"; }
+weights() { # KIND G
+  awk -v b="$intra" -v g="$2" '{ f = (g - 1) / g; sent = ($1 == "all_reduce" ? 2 * f : f) * $2; w = $4 * 1e-6 * b * 1e9 / sent
+    printf "%s%.3f", (NR > 1 ? "," : ""), (w > 0 ? w : 0) }' "$OUT/cores-$1.txt"
+}
+sync=$(syncs link) isync=$(syncs intra)
+W0=$(weights link 4) iW0=$(weights intra 2)
 # The optimizer per parameter (bench_optim: adamw fused + the clipping norm's sum_of_squares, one
 # core), so that the rate below is forward + backward's and each strategy's optimizer its shards'.
 optns=$("$(dirname "$ST")/bench_optim" 16 2>/dev/null | awk -F'|' '$3 ~ /adamw fused, 1 range/ || $3 ~ /sum_of_squares/ { ms += $4 }
@@ -190,7 +205,8 @@ for rate in $RATES; do
   inter2=$(inputs busbw_pair)
   echo -e "$rate\t$intra\t$inter\t$(awk -v a="$intra" -v b="$inter" 'BEGIN { printf "%.2f", a / b }')\t$inter2\t$(awk -v a="$intra" -v b="$inter2" 'BEGIN { printf "%.2f", a / b }')" >> "$OUT/weights.tsv"
 done
-echo -e "intra_GBps\tlink_core_weight\tlatency_us\tsync_us\tcompute_tflops\tcores_per_host\toptimizer_ns\n$intra\t$W0\t$lat\t$sync\t$tflops\t$cores\t$optns" > "$OUT/inputs.tsv"
+echo -e "intra_GBps\tlink_core_weight\tlatency_us\tsync_us\tcompute_tflops\tcores_per_host\toptimizer_ns\tintra_core_weight\tintra_sync_us" > "$OUT/inputs.tsv"
+echo -e "$intra\t$W0\t$lat\t$sync\t$tflops\t$cores\t$optns\t$iW0\t$isync" >> "$OUT/inputs.tsv"
 "$CL/cluster.sh" stop
 trap - EXIT
 cat "$OUT/weights.tsv" "$OUT/inputs.tsv" >&2
@@ -199,10 +215,11 @@ cat "$OUT/weights.tsv" "$OUT/inputs.tsv" >&2
 # estimated step and exposed communication per strategy, and its recommendation (the shortest
 # estimated step), from the inputs measured above.
 to_bytes() { awk '{ v = $1; u = $2; m = 1; if (u == "KiB") m = 1024; if (u == "MiB") m = 1048576; if (u == "GiB") m = 1073741824; printf "%.0f", v * m }'; }
-IFS=$'\t' read -r intra W0 lat sync tflops cores optns < <(tail -1 "$OUT/inputs.tsv")
+IFS=$'\t' read -r intra W0 lat sync tflops cores optns iW0 isync < <(tail -1 "$OUT/inputs.tsv")
 plan_flags() { # RATE: the plan's flags for that link setting
   echo "--inter-host-weight $(awk -v r="$1" '$1 == r { print $4 "," $6 }' "$OUT/weights.tsv") --compute-tflops $tflops" \
-    "--intra-host-busbw $intra --latency-us $lat --cores-per-host $cores --link-core-weight $W0 --sync-us $sync --optimizer-ns-per-param $optns"
+    "--intra-host-busbw $intra --latency-us $lat --cores-per-host $cores --link-core-weight $W0 --sync-us $sync" \
+    "--intra-core-weight $iW0 --intra-sync-us $isync --optimizer-ns-per-param $optns"
 }
 declare -A PLAN REC EST EXP
 cell() { # PLAN-TEXT ROW-LABEL STRATEGY-INDEX: one cell of the plan's table (labels fill 26 columns)

@@ -32,8 +32,8 @@ struct PlanArgs {
   double intra_busbw = train::StepTimeSettings{}.intra_busbw_gbps;
   double latency_us = train::StepTimeSettings{}.latency_us;
   int cores_per_host = 0;     // 0: this machine's cores
-  std::string link_core_weight = "1";
-  double sync_us = train::StepTimeSettings{}.sync_us;
+  std::string link_core_weight = "1", sync_us = "0";         // rings across the links
+  std::string intra_core_weight = "1", intra_sync_us = "0";  // rings inside hosts
   double optimizer_ns = train::StepTimeSettings{}.optimizer_ns_per_param;
   bool measure = false;
   std::vector<std::string> strategies;
@@ -83,12 +83,11 @@ void parse_link_weights(const std::string& text, train::PlanSettings* ps) {
   ps->shared_link_weights.assign(w.begin() + 1, w.end());
 }
 
-// --link-core-weight W or AG,RS,AR: one weight for every op, or one per op.
-std::array<double, 3> parse_link_core_weights(const std::string& text) {
-  const std::vector<double> w =
-      parse_numbers("--link-core-weight", text, 1, 1e6, "one number, or three (all-gather, reduce-scatter, all-reduce)");
-  ST_USER_CHECK(w.size() == 1 || w.size() == 3, "--link-core-weight '", text,
-                "': give one number, or three (all-gather, reduce-scatter, all-reduce)");
+// A per-op flag (--link-core-weight, --sync-us, --intra-...): X for every op, or AG,RS,AR.
+std::array<double, 3> parse_per_op(const std::string& flag, const std::string& text, double hi) {
+  const char* form = "one number, or three (all-gather, reduce-scatter, all-reduce)";
+  const std::vector<double> w = parse_numbers(flag, text, 0, hi, form);
+  ST_USER_CHECK(w.size() == 1 || w.size() == 3, flag, " '", text, "': give ", form);
   if (w.size() == 1) return {w[0], w[0], w[0]};
   return {w[0], w[1], w[2]};
 }
@@ -117,8 +116,10 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     wanted = parse_strategies(a.strategies);
     ps.step.intra_busbw_gbps = a.intra_busbw;
     ps.step.latency_us = a.latency_us;
-    ps.step.link_core_weight = parse_link_core_weights(a.link_core_weight);
-    ps.step.sync_us = a.sync_us;
+    ps.step.link_cores = {parse_per_op("--link-core-weight", a.link_core_weight, 1e6),
+                          parse_per_op("--sync-us", a.sync_us, 1e9)};
+    ps.step.intra_cores = {parse_per_op("--intra-core-weight", a.intra_core_weight, 1e6),
+                           parse_per_op("--intra-sync-us", a.intra_sync_us, 1e9)};
     ps.step.optimizer_ns_per_param = a.optimizer_ns;
   });
   // Cores per host: given, else this machine's; under --measure the simulated hosts of this job
@@ -250,9 +251,13 @@ void add_plan(CLI::App& app, CommandFn& selected) {
                   "time does not overlap compute")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--link-core-weight", args->link_core_weight,
-                  "Step estimate, shared cores: core time of a link byte in intra-host bytes, one number or "
-                  "AG,RS,AR per op (bench collectives --compute-ms: core_us over a ring across the links); the "
+                  "Step estimate, shared cores: core time of a byte sent over a ring across the links, in intra-host "
+                  "bytes, one number or AG,RS,AR per op (bench collectives --compute-ms: core_us over such a ring); the "
                   "link's time beyond it overlaps compute")
+      ->capture_default_str();
+  sub->add_option("--intra-core-weight", args->intra_core_weight,
+                  "Step estimate, shared cores: the same for rings inside a host (bench collectives --compute-ms "
+                  "--group-size G: core_us over one host's G ranks, every host's group at once)")
       ->capture_default_str();
   sub->add_option("--optimizer-ns-per-param", args->optimizer_ns,
                   "Step estimate: one core's optimizer step (+ clipping norm) per parameter it updates, ns (bench_optim); "
@@ -261,10 +266,12 @@ void add_plan(CLI::App& app, CommandFn& selected) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
   sub->add_option("--sync-us", args->sync_us,
-                  "Step estimate, shared cores: core time lost per collective by ranks arriving out of phase "
-                  "(bench collectives --compute-ms: sync_us)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e9));
+                  "Step estimate, shared cores: core time lost per collective over a ring across the links by ranks "
+                  "arriving out of phase, one number or AG,RS,AR (bench collectives --compute-ms: sync_us)")
+      ->capture_default_str();
+  sub->add_option("--intra-sync-us", args->intra_sync_us,
+                  "Step estimate, shared cores: the same for rings inside a host (--group-size G: sync_us)")
+      ->capture_default_str();
   sub->add_option("--strategy", args->strategies, "Only these strategies (repeatable or comma-separated)");
   sub->add_flag("--measure", args->measure,
                 "Also run real steps for each strategy (needs --ranks MPI ranks) and print planned vs measured peaks");

@@ -62,8 +62,12 @@ Work make_work(MPI_Comm comm, double ms) {
   return w;
 }
 
-// Mean seconds per iteration of `iters` iterations of (work, then fn), minus the same without fn,
-// minus fn's time issued in step (a barrier before it): the cost of arriving out of phase.
+// Seconds per iteration of (work, then fn) minus the same without fn, minus fn's time issued in
+// step (a barrier before it): the cost of arriving out of phase. The ranks drift out of phase over
+// a run of iterations without a barrier, so each sample is a run of `iters` of them; runs with
+// and without fn alternate, kSyncRuns of each, and the result is the median of the differences
+// of a pair (one reading of a single pair moved by 10 ms per collective between runs).
+constexpr int kSyncRuns = 5;
 double sync_seconds(MPI_Comm comm, const std::function<void()>& fn, double ms, int iters) {
   const Work w = make_work(comm, ms);
   auto loop = [&](bool with_fn) {
@@ -80,8 +84,12 @@ double sync_seconds(MPI_Comm comm, const std::function<void()>& fn, double ms, i
   std::vector<double> in_step;
   for (int i = 0; i < iters; ++i) in_step.push_back(timed(comm, fn));
   loop(true);  // warm-up
-  const double both = loop(true), alone = loop(false);
-  return both - alone - median(in_step);
+  std::vector<double> diffs;
+  for (int r = 0; r < kSyncRuns; ++r) {
+    const double both = loop(true);
+    diffs.push_back(both - loop(false));
+  }
+  return median(diffs) - median(in_step);
 }
 
 // Median seconds of (issue the collective, `ms` of matmuls meanwhile, wait) minus the median of

@@ -246,14 +246,15 @@ CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   const int er = ring_edges_leaving_busiest_host(N, G, S, false);
   const int ew = ring_edges_leaving_busiest_host(N, G, 1, false);
   auto weight = [&](int edges) { return std::max(1.0, link_weight(ps, edges)); };
-  auto emit = [&](CollectiveKind k, int unit, double bytes, int steps, double w) {
+  auto emit = [&](CollectiveKind k, int unit, double bytes, int steps, int edges) {
     if (bytes <= 0) return;
     PlannedCollective c;
     c.kind = k;
     c.unit = unit;
     c.bytes = bytes;
     c.ring_steps = steps;
-    c.weight = w;
+    c.weight = weight(edges);
+    c.crosses_link = edges > 0;
     out.collectives.push_back(c);
   };
   for (size_t ui = 0; ui < p.units.size(); ++ui) {
@@ -269,19 +270,19 @@ CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
         const double plain = ring * f.padded * f.elem_bytes();
         const double packed = S > 1 ? (S - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) : 0.0;
         const double one = qw ? packed + guard * plain : plain;
-        emit(CollectiveKind::ForwardGather, unit, one, S - 1, weight(es));
+        emit(CollectiveKind::ForwardGather, unit, one, S - 1, es);
         if (hp && gathers == 2) {
           ag += ps.grad_accum * one;
           const double node = (Gn - 1.0) / Gn * f.padded * f.elem_bytes();
           ag_node += ps.grad_accum * node;
-          emit(CollectiveKind::BackwardGather, unit, node, Gn - 1, 1.0);
+          emit(CollectiveKind::BackwardGather, unit, node, Gn - 1, 0);
         } else {
           ag += ps.grad_accum * gathers * one;
-          if (gathers == 2) emit(CollectiveKind::BackwardGather, unit, one, S - 1, weight(es));
+          if (gathers == 2) emit(CollectiveKind::BackwardGather, unit, one, S - 1, es);
         }
         const double scatter = ring * f.padded * b_reduce;
         rs += ps.grad_accum * scatter;
-        emit(CollectiveKind::ReduceScatter, unit, scatter, S - 1, weight(es));
+        emit(CollectiveKind::ReduceScatter, unit, scatter, S - 1, es);
       }
       if (R > 1) {
         const double plain = 4.0 * f.shard_numel * 2.0 * (R - 1) / R;
@@ -291,8 +292,8 @@ CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   }
   // The step's all-reduces, one coalesced call per group (ar_rep, ar_world are per step): qgZ's
   // replica average is an all-gather of packed shards (R - 1 steps), else a ring all-reduce.
-  emit(CollectiveKind::ReplicaAllReduce, -1, ar_rep, qg ? R - 1 : 2 * (R - 1), weight(er));
-  emit(CollectiveKind::ReplicaAllReduce, -1, ar_world, 2 * (N - 1), weight(ew));
+  emit(CollectiveKind::ReplicaAllReduce, -1, ar_rep, qg ? R - 1 : 2 * (R - 1), er);
+  emit(CollectiveKind::ReplicaAllReduce, -1, ar_world, 2 * (N - 1), ew);
   out.volume.all_gather = static_cast<int64_t>(ag + ag_node);
   out.volume.reduce_scatter = static_cast<int64_t>(rs);
   out.volume.all_reduce = static_cast<int64_t>(ar_rep + ar_world);
@@ -576,16 +577,22 @@ std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int 
 
 std::string describe_step_assumptions(const PlanSettings& ps) {
   const StepTimeSettings& t = ps.step;
-  char b[1100];
+  char b[1300];
   const int busy = ps.ranks_per_host * std::max(1, ps.threads);
-  char cores[320];
+  char cores[480];
+  auto costs = [](const CoreCosts& k) {  // "bytes x a / b / c, + x / y / z us per collective"
+    char c[160];
+    std::snprintf(c, sizeof c, "bytes x %.3g / %.3g / %.3g, +%.4g / %.4g / %.4g us per collective", k.weight[0], k.weight[1],
+                  k.weight[2], k.sync_us[0], k.sync_us[1], k.sync_us[2]);
+    return std::string(c);
+  };
   if (t.cores_per_host > 0 && t.cores_per_host < busy)
     std::snprintf(cores, sizeof cores,
                   "%d cores per host for %d ranks x %d threads: compute at %.2f of the rate; communication's core part "
-                  "(link bytes x %.3g / %.3g / %.3g for all-gather / reduce-scatter / all-reduce, +%.4g us per "
-                  "collective) serialised with it",
+                  "(all-gather / reduce-scatter / all-reduce; rings across the links: %s; inside hosts: %s) serialised "
+                  "with it",
                   t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads), static_cast<double>(t.cores_per_host) / busy,
-                  t.link_core_weight[0], t.link_core_weight[1], t.link_core_weight[2], t.sync_us);
+                  costs(t.link_cores).c_str(), costs(t.intra_cores).c_str());
   else if (t.cores_per_host > 0)
     std::snprintf(cores, sizeof cores, "%d cores per host for %d ranks x %d threads: communication overlaps compute",
                   t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads));

@@ -30,15 +30,22 @@ int op_index(CollectiveKind k) {
   return 0;
 }
 
+const CoreCosts& core_costs(const StepTimeSettings& s, const PlannedCollective& c) {
+  return c.crosses_link ? s.link_cores : s.intra_cores;
+}
+
 double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c, bool shared) {
   const double bw = std::max(1e-9, s.intra_busbw_gbps) * 1e9;
-  return s.latency_us * 1e-6 * c.ring_steps + c.bytes * std::max(1.0, c.weight) / bw + (shared ? s.sync_us * 1e-6 : 0.0);
+  const double sync = shared ? core_costs(s, c).sync_us[op_index(c.kind)] * 1e-6 : 0.0;
+  return s.latency_us * 1e-6 * c.ring_steps + c.bytes * std::max(1.0, c.weight) / bw + sync;
 }
 
 double collective_core_seconds(const StepTimeSettings& s, const PlannedCollective& c) {
   const double bw = std::max(1e-9, s.intra_busbw_gbps) * 1e9;
-  const double w = std::max(1.0, std::min(c.weight, s.link_core_weight[op_index(c.kind)]));
-  return std::min(collective_seconds(s, c, true), c.bytes * w / bw + s.sync_us * 1e-6);
+  const CoreCosts& k = core_costs(s, c);
+  const int op = op_index(c.kind);
+  const double w = std::max(0.0, std::min(std::max(1.0, c.weight), k.weight[op]));
+  return std::min(collective_seconds(s, c, true), c.bytes * w / bw + k.sync_us[op] * 1e-6);
 }
 
 double blocks_param_share(const std::vector<fsdp::UnitPlan>& units) {

@@ -459,12 +459,12 @@ TEST(StepTime, PrefetchHidesGathers) {
 }
 
 // More threads than cores on a host: compute runs at the host's core share, and the core time of
-// communication (copies, a TCP stack costing link_core_weight per link byte, the sync cost) is
+// communication (copies, a TCP stack costing link_cores.weight per link byte, the sync cost) is
 // serialised with it: with every link byte core time nothing is hidden; a slower wire's extra
 // time overlaps compute again.
 TEST(StepTime, AnOversubscribedHostSerialisesCommAndCompute) {
   PlanSettings own_ps = timed(8, 1e-3, 2), shared_ps = timed(8, 1e-3, 1);
-  shared_ps.step.link_core_weight = {8, 8, 8};  // the link is the stack's speed: all core time
+  shared_ps.step.link_cores.weight = {8, 8, 8};  // the link is the stack's speed: all core time
   const StrategyPlan own = train::plan_strategy(own_ps, fsdp::Strategy::FullShard);
   const StrategyPlan shared = train::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
   EXPECT_FALSE(own.step.shared_cores);
@@ -482,8 +482,8 @@ TEST(StepTime, AnOversubscribedHostSerialisesCommAndCompute) {
   EXPECT_LT(slow.step.exposed_s, slow.step.comm_s);
   EXPECT_GT(slow.step.exposed_s, shared.step.exposed_s);
   // The sync cost: per collective, on shared cores only.
-  shared_ps.step.sync_us = 1000;
-  own_ps.step.sync_us = 1000;
+  shared_ps.step.link_cores.sync_us = {1000, 1000, 1000};
+  own_ps.step.link_cores.sync_us = {1000, 1000, 1000};
   const StrategyPlan synced = train::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
   EXPECT_NEAR(synced.step.comm_s - shared.step.comm_s, 1e-3 * synced.collectives.size(), 1e-9);
   EXPECT_NEAR(train::plan_strategy(own_ps, fsdp::Strategy::FullShard).step.comm_s, own.step.comm_s, 1e-15);
@@ -493,15 +493,71 @@ TEST(StepTime, AnOversubscribedHostSerialisesCommAndCompute) {
 // sharded strategies' per-unit collectives. Enough sync cost flips the pick to no_shard.
 TEST(StepTime, SyncCostPerCollectiveFavoursFewCollectives) {
   PlanSettings ps = timed(8, 1e-3, 1);
-  ps.step.link_core_weight = {8, 8, 8};
+  ps.step.link_cores.weight = {8, 8, 8};
   auto pick = [](const PlanSettings& p) {
     auto plans = train::plan_all(p);
     bool rc = true;
     return plans[train::recommend(plans, int64_t(1) << 40, &rc)].strategy;
   };
   EXPECT_NE(pick(ps), fsdp::Strategy::NoShard);
-  ps.step.sync_us = 1e4;
+  ps.step.link_cores.sync_us = {1e4, 1e4, 1e4};
+  EXPECT_NE(pick(ps), fsdp::Strategy::NoShard);  // the hybrids' per-unit collectives stay inside hosts
+  ps.step.intra_cores.sync_us = {1e4, 1e4, 1e4};
   EXPECT_EQ(pick(ps), fsdp::Strategy::NoShard);
+}
+
+// Each collective pays the core costs of its ring's kind: full_shard's rings cross the links (4
+// ranks, 2 per host), hybrid_shard's shard groups stay inside hosts and its replica pairs cross
+// them. Sync and core weight are per op (all-gather, reduce-scatter, all-reduce).
+TEST(StepTime, CoreCostsFollowTheRingKindAndOp) {
+  const PlanSettings base = timed(8, 1e-3, 1);
+  const StrategyPlan fs = train::plan_strategy(base, fsdp::Strategy::FullShard);
+  const StrategyPlan hs = train::plan_strategy(base, fsdp::Strategy::HybridShard);
+  int fs_cross = 0, hs_cross = 0, hs_intra = 0;
+  for (const auto& c : fs.collectives) fs_cross += c.crosses_link;
+  for (const auto& c : hs.collectives) (c.crosses_link ? hs_cross : hs_intra) += 1;
+  EXPECT_EQ(fs_cross, static_cast<int>(fs.collectives.size()));
+  EXPECT_EQ(hs_cross, 1);  // the replica all-reduce
+  EXPECT_EQ(hs_intra, static_cast<int>(hs.collectives.size()) - 1);
+  for (const auto& c : hs.collectives)
+    EXPECT_EQ(c.crosses_link, c.kind == train::CollectiveKind::ReplicaAllReduce) << train::to_string(c.kind);
+
+  // An intra-host sync cost on the all-gathers only: hybrid_shard pays it per gather, full_shard
+  // not at all; a link sync cost on the all-reduce only: hybrid_shard's one replica all-reduce.
+  PlanSettings ps = base;
+  ps.step.intra_cores.sync_us = {1000, 0, 0};
+  int gathers = 0;
+  for (const auto& c : hs.collectives)
+    gathers += c.kind == train::CollectiveKind::ForwardGather || c.kind == train::CollectiveKind::BackwardGather;
+  ASSERT_GT(gathers, 0);
+  EXPECT_NEAR(train::plan_strategy(ps, fsdp::Strategy::HybridShard).step.comm_s - hs.step.comm_s, 1e-3 * gathers, 1e-12);
+  EXPECT_EQ(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.comm_s, fs.step.comm_s);
+  ps = base;
+  ps.step.link_cores.sync_us = {0, 0, 2000};
+  EXPECT_NEAR(train::plan_strategy(ps, fsdp::Strategy::HybridShard).step.comm_s - hs.step.comm_s, 2e-3, 1e-12);
+  EXPECT_EQ(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.comm_s, fs.step.comm_s);
+
+  // The core weight of an intra-host ring (default 1: all of its time is core time): below 1 part
+  // of it is waiting on the peer, which overlaps compute; full_shard's estimate does not move.
+  EXPECT_NEAR(hs.step.comm_core_s, [&] {
+    double core = 0;
+    for (const auto& c : hs.collectives)
+      core += train::collective_core_seconds(base.step, c) * (c.kind == train::CollectiveKind::ReplicaAllReduce ? 1 : base.grad_accum);
+    return core;
+  }(), 1e-12);
+  ps = base;
+  ps.step.intra_cores.weight = {0.25, 0.25, 0.25};
+  const StrategyPlan light = train::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  EXPECT_LT(light.step.comm_core_s, hs.step.comm_core_s);
+  EXPECT_EQ(light.step.comm_s, hs.step.comm_s);
+  EXPECT_LE(light.step.step_s(), hs.step.step_s());
+  EXPECT_EQ(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.step_s(), fs.step.step_s());
+  for (const auto& c : hs.collectives) {
+    if (c.crosses_link) continue;
+    const double t = train::collective_seconds(ps.step, c, true);
+    const double lat = ps.step.latency_us * 1e-6 * c.ring_steps;
+    EXPECT_NEAR(train::collective_core_seconds(ps.step, c), 0.25 * (t - lat), 1e-15);
+  }
 }
 
 // The recommendation is the shortest estimated step among the plans that fit, and it flips where
@@ -536,7 +592,7 @@ TEST(StepTime, RecommendationFollowsTheEstimate) {
   // The same on an oversubscribed host whose link bytes are all core time: nothing hides, and
   // no_shard's one all-reduce moves the bytes shard_grad_op moves (same ring): equal.
   PlanSettings shared = timed(8, 1e-5, 1);
-  shared.step.link_core_weight = {8, 8, 8};
+  shared.step.link_cores.weight = {8, 8, 8};
   const StrategyPlan sgo1 = train::plan_strategy(shared, fsdp::Strategy::ShardGradOp);
   const StrategyPlan ns1 = train::plan_strategy(shared, fsdp::Strategy::NoShard);
   EXPECT_NEAR(sgo1.step.step_s(), ns1.step.step_s(), 1e-9 * ns1.step.step_s());

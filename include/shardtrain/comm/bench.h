@@ -39,7 +39,8 @@ struct CollectivesBenchRow {
   double raw_time_us = 0, raw_busbw = 0;
   double efficiency = 0;  // raw time / our time (== our busbw / raw busbw)
   // compute_ms > 0: per iteration of "compute, then the collective" minus the same compute alone
-  // minus time_us: the collective's cost beyond its time when issued in step (can be < 0: noise).
+  // minus time_us: the collective's cost beyond its time when issued in step (can be < 0: noise);
+  // the median over 5 alternating pairs of runs of `iters` iterations.
   double sync_us = 0;
   // compute_ms > 0: per iteration of "issue the collective, max(compute_ms, 2 time_us) of compute
   // meanwhile, wait" minus the compute alone: what it adds to compute running beside it, its core

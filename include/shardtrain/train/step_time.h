@@ -13,6 +13,21 @@
 
 namespace shardtrain::train {
 
+// What the collectives of one ring kind cost the cores of a host its ranks outnumber, per op
+// (index op_index(kind): all-gather, reduce-scatter, all-reduce): their message patterns keep the
+// cores busy differently, and a ring over shared memory differently from one through a TCP stack.
+struct CoreCosts {
+  // The core time of one byte sent, in intra-host bytes (its time at intra_busbw_gbps): `bench
+  // collectives --compute-ms`, core_us (what the collective adds to matmuls beside it) over the
+  // bytes a rank sends at that bandwidth. A collective's time beyond this is the wire's, or waiting
+  // on a peer: the cores are free to compute meanwhile.
+  std::array<double, 3> weight{1, 1, 1};
+  // Core time lost per collective when its ranks arrive from computing, out of phase, and the
+  // early ones poll on cores the late ones need (the sync_us column). A shared-memory ring needs
+  // both ends scheduled at once; a TCP ring's socket buffers let the early sender go on.
+  std::array<double, 3> sync_us{0, 0, 0};
+};
+
 // What the estimate assumes; every field is a `shardtrain plan` flag (or measured by it).
 struct StepTimeSettings {
   // Achieved TFLOP/s of one rank running the model's step on its own `threads` cores (0: no
@@ -34,16 +49,11 @@ struct StepTimeSettings {
   // rate, and the core time communication costs on a CPU host (shared-memory copies, the TCP
   // stack, polling progress threads) does not overlap compute: only the wire's time does.
   int cores_per_host = 0;
-  // Shared cores only: what moving one byte across a host's link costs the cores, in intra-host
-  // bytes, per op (all-gather, reduce-scatter, all-reduce: their message patterns keep the cores
-  // busy differently; measured by `bench collectives --compute-ms`, core_us, over a ring that
-  // crosses the links). A link edge's time beyond this is the wire's, or waiting on it: the cores
-  // are free to compute meanwhile.
-  std::array<double, 3> link_core_weight{1, 1, 1};
-  // Shared cores only: core time lost per collective when its ranks arrive from computing, out
-  // of phase, and the early ones poll on cores the late ones need (`bench collectives
-  // --compute-ms`, the sync_us column).
-  double sync_us = 0;
+  // Shared cores only: what a collective costs the cores, per op (link: its ring crosses a host's
+  // link; intra: it stays inside one host, over shared memory). Measured by `bench collectives
+  // --compute-ms` over a ring of that kind (perf/cluster/run.sh): the world ring across the
+  // hosts, and `--group-size` groups inside them.
+  CoreCosts link_cores, intra_cores;
 };
 
 // One collective of the step as the engine issues it, per rank.
@@ -54,7 +64,7 @@ enum class CollectiveKind {
   ReplicaAllReduce,  // the gradient shards' all-reduce over the replicate group after the last backward
 };
 const char* to_string(CollectiveKind k);
-// The index of k's op in StepTimeSettings::link_core_weight (0 all-gather, 1 reduce-scatter, 2 all-reduce).
+// The index of k's op in CoreCosts (0 all-gather, 1 reduce-scatter, 2 all-reduce).
 int op_index(CollectiveKind k);
 
 struct PlannedCollective {
@@ -64,6 +74,7 @@ struct PlannedCollective {
   int per_micro = 1;     // occurrences per micro-batch (ReplicaAllReduce: per step, 1)
   int ring_steps = 0;    // sends per rank: S-1 for a gather / reduce-scatter over S, 2(R-1) for an all-reduce
   double weight = 1;     // max(1, link_weight(ring edges on the busiest host's link)): time per byte in intra-host bytes
+  bool crosses_link = false;  // its ring has edges on a host's link (else it stays inside hosts)
 };
 
 struct StepEstimate {
@@ -97,11 +108,13 @@ inline double recompute_flops_factor(const std::vector<fsdp::UnitPlan>& units) {
   return 1.0 + blocks_param_share(units) / 3.0;
 }
 
+// The core costs of c's ring kind (link_cores or intra_cores).
+const CoreCosts& core_costs(const StepTimeSettings& s, const PlannedCollective& c);
 // Seconds of one collective: latency x ring steps + bytes x weight / intra-host bandwidth, and on
-// shared cores (shared = true) the sync cost.
+// shared cores (shared = true) the sync cost of its ring kind and op.
 double collective_seconds(const StepTimeSettings& s, const PlannedCollective& c, bool shared = false);
-// Shared cores: the part of collective_seconds the cores spend (copies and the stack at
-// min(weight, link_core_weight), the sync cost); the rest is the wire's.
+// Shared cores: the part of collective_seconds the cores spend (copies, reductions and the stack
+// at min(weight, its core weight), the sync cost); the rest is the wire's or waiting on a peer.
 double collective_core_seconds(const StepTimeSettings& s, const PlannedCollective& c);
 
 // The estimate: compute split over the units by their parameters (forward 1/3, backward 2/3 of a
