@@ -125,8 +125,9 @@ fi
 #          0.4-0.6 of its time to compute beside it);
 #          sync = sync_us (clamped at 0): what the collective costs beyond its in-step time when
 #          the ranks arrive from 20 ms of matmuls (about this deck's compute between two
-#          collectives). Inside a node it is 3-10 ms (a shared-memory exchange needs both ranks
-#          scheduled at once), on the TCP ring about 0 (socket buffers let the early one go on);
+#          collectives). Inside a node 0.2-1 ms (medians; single readings up to 10 ms: a
+#          shared-memory exchange needs both ranks scheduled at once), on the TCP ring about 0
+#          (socket buffers let the early one go on);
 #   latency  a 1 KiB all_reduce over the 4 ranks / its 6 ring steps, unshaped;
 #   compute  the achieved TFLOP/s of one rank alone (1 thread, no communication: the deck's
 #          step at one sequence, no_shard), median of its steps after the first 2;
