@@ -16,7 +16,8 @@
 # run's steps after the first W (with --reps R: of R such runs, the strategies in turn). Output:
 # a Markdown table on stdout, raw numbers in $OUT/raw.tsv
 # (OUT=perf/cluster/out by default). The planner's inputs: each the median of I measurements
-# (--input-reps, default 3; one reading of core_us moved by 30% between runs). Needs root (namespaces); the cluster is removed on exit.
+# (--input-reps, default 3; one reading of core_us moved by 30% between runs). Needs root
+# (namespaces); the cluster is removed on exit.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)

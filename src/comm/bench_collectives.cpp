@@ -65,8 +65,8 @@ Work make_work(MPI_Comm comm, double ms) {
 // Seconds per iteration of (work, then fn) minus the same without fn, minus fn's time issued in
 // step (a barrier before it): the cost of arriving out of phase. The ranks drift out of phase over
 // a run of iterations without a barrier, so each sample is a run of `iters` of them; runs with
-// and without fn alternate, kSyncRuns of each, and the result is the median of the differences
-// of a pair (one reading of a single pair moved by 10 ms per collective between runs).
+// and without fn alternate, kSyncRuns of each, and the result is the median of the pairs'
+// differences, so that one slow spell of the shared cores does not decide it.
 constexpr int kSyncRuns = 5;
 double sync_seconds(MPI_Comm comm, const std::function<void()>& fn, double ms, int iters) {
   const Work w = make_work(comm, ms);

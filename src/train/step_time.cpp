@@ -44,8 +44,7 @@ double collective_core_seconds(const StepTimeSettings& s, const PlannedCollectiv
   const double bw = std::max(1e-9, s.intra_busbw_gbps) * 1e9;
   const CoreCosts& k = core_costs(s, c);
   const int op = op_index(c.kind);
-  const double w = std::max(0.0, std::min(std::max(1.0, c.weight), k.weight[op]));
-  return std::min(collective_seconds(s, c, true), c.bytes * w / bw + k.sync_us[op] * 1e-6);
+  return std::min(collective_seconds(s, c, true), c.bytes * std::min(c.weight, k.weight[op]) / bw + k.sync_us[op] * 1e-6);
 }
 
 double blocks_param_share(const std::vector<fsdp::UnitPlan>& units) {
