@@ -111,19 +111,28 @@ EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::
   });
   Timer timer;
   const int64_t total = max_items > 0 ? std::min(max_items, items->count()) : items->count();
-  const int64_t lo = total * rank / size, hi = total * (rank + 1) / size;
-  const int64_t per_rank_max = (total + size - 1) / size;
-  const int64_t forwards = (per_rank_max + batch - 1) / batch;  // the same on every rank
-  std::vector<double> loss(static_cast<size_t>(hi - lo), 0.0), correct(static_cast<size_t>(hi - lo), 0.0);
+  // Why whole forwards are dealt out, not contiguous item ranges: a window's loss depends on its
+  // row in the batch (measured: OpenBLAS's Haswell kernels with OPENBLAS_L2_SIZE=512 round a
+  // row's GEMM differently by its position, the 10th digit of the mean loss at 1 vs 2 ranks).
+  // Forward f of the split is always windows [f*batch, (f+1)*batch) (the last padded with its
+  // first window), the same input tensor at every world size; rank r runs forwards r, r+size, ...
+  const int64_t blocks = (total + batch - 1) / batch;
+  const int64_t rounds = (blocks + size - 1) / size;  // forwards per rank, the same on every rank
+  auto block_items = [&](int64_t f) { return std::min(batch, total - f * batch); };
+  int64_t mine = 0;
+  for (int64_t f = rank; f < blocks; f += size) mine += block_items(f);
+  std::vector<double> loss(static_cast<size_t>(mine), 0.0), correct(static_cast<size_t>(mine), 0.0);
 
   torch::autograd::AutoGradMode no_grad(false);
   const bool was_training = net.is_training();
   net.eval();
-  for (int64_t f = 0; f < forwards; ++f) {
-    const int64_t first = std::min(lo + f * batch, hi), real = std::min(batch, hi - first);
+  int64_t at = 0;  // next slot in loss / correct
+  for (int64_t k = 0; k < rounds; ++k) {
+    const int64_t f = rank + k * size;
+    const int64_t real = f < blocks ? block_items(f) : 0, first = f < blocks ? f * batch : 0;
     at::Tensor in, tgt;
-    // A rank with no item left still runs the forward (the engine's gathers are collective).
-    runtime::run_agreed(world, [&] { items->batch(real > 0 ? first : 0, real > 0 ? first + real : 1, batch, in, tgt); });
+    // A rank with no forward left still runs one (the engine's gathers are collective).
+    runtime::run_agreed(world, [&] { items->batch(first, real > 0 ? first + real : 1, batch, in, tgt); });
     at::Tensor logits = net.forward(in.to(device)).to(at::kFloat);
     at::Tensor flat = logits.reshape({-1, logits.size(-1)});
     at::Tensor ce = at::cross_entropy_loss(flat, tgt.to(device).reshape({-1}), {}, at::Reduction::None)
@@ -132,30 +141,39 @@ EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::
     const float* c = ce.data_ptr<float>();
     const bool* h = hit.data_ptr<bool>();
     const int64_t per = ce.size(1);
-    for (int64_t j = 0; j < real; ++j) {
-      double s = 0, k = 0;
+    for (int64_t j = 0; j < real; ++j, ++at) {
+      double s = 0, n = 0;
       for (int64_t t = 0; t < per; ++t) {
         s += static_cast<double>(c[j * per + t]);
-        k += h[j * per + t] ? 1 : 0;
+        n += h[j * per + t] ? 1 : 0;
       }
-      loss[first - lo + j] = s;
-      correct[first - lo + j] = k;
+      loss[at] = s;
+      correct[at] = n;
     }
     r.targets += real * per;
   }
   if (was_training) net.train();
 
-  // Rank 0 adds the items' sums in item order: the same additions at every world size.
-  std::vector<int> counts(size), displs(size);
-  for (int q = 0; q < size; ++q) {
-    counts[q] = static_cast<int>(total * (q + 1) / size - total * q / size);
-    displs[q] = static_cast<int>(total * q / size);
-  }
-  std::vector<double> all_loss(rank == 0 ? total : 0), all_correct(rank == 0 ? total : 0);
-  ST_MPI_CHECK(MPI_Gatherv(loss.data(), static_cast<int>(loss.size()), MPI_DOUBLE, all_loss.data(), counts.data(),
+  // Rank 0 puts the items back in item order and adds them in that order: the same additions at
+  // every world size. Rank q sends its forwards' items in its own order (q, q+size, ...).
+  std::vector<int> counts(size, 0), displs(size, 0);
+  for (int64_t f = 0; f < blocks; ++f) counts[f % size] += static_cast<int>(block_items(f));
+  for (int q = 1; q < size; ++q) displs[q] = displs[q - 1] + counts[q - 1];
+  std::vector<double> got_loss(rank == 0 ? total : 0), got_correct(rank == 0 ? total : 0);
+  ST_MPI_CHECK(MPI_Gatherv(loss.data(), static_cast<int>(loss.size()), MPI_DOUBLE, got_loss.data(), counts.data(),
                            displs.data(), MPI_DOUBLE, 0, world));
-  ST_MPI_CHECK(MPI_Gatherv(correct.data(), static_cast<int>(correct.size()), MPI_DOUBLE, all_correct.data(),
+  ST_MPI_CHECK(MPI_Gatherv(correct.data(), static_cast<int>(correct.size()), MPI_DOUBLE, got_correct.data(),
                            counts.data(), displs.data(), MPI_DOUBLE, 0, world));
+  std::vector<double> all_loss(got_loss.size()), all_correct(got_correct.size());
+  if (rank == 0) {
+    std::vector<int64_t> next(displs.begin(), displs.end());  // rank q's next received item
+    for (int64_t f = 0; f < blocks; ++f)
+      for (int64_t j = 0; j < block_items(f); ++j) {
+        const int64_t from = next[f % size]++;
+        all_loss[f * batch + j] = got_loss[from];
+        all_correct[f * batch + j] = got_correct[from];
+      }
+  }
   int64_t targets = 0;
   ST_MPI_CHECK(MPI_Allreduce(&r.targets, &targets, 1, MPI_INT64_T, MPI_SUM, world));
   double sums[2] = {0, 0};

@@ -24,10 +24,11 @@ struct EvalResult {
   double seconds = 0;
 };
 
-// Collective over `world`. Items are split into contiguous blocks, one per rank; each rank
-// runs forwards of `batch` items (the last padded, so every forward has the same shape at every
-// world size); each item's summed loss (fp32 per target, summed in fp64) goes to rank 0 in item
-// order, which adds them in that order. `max_items` > 0 evaluates only the first items.
+// Collective over `world`. Forward f is always items [f*batch, (f+1)*batch) (the last padded
+// with its first item), the same input at every world size, since an item's loss depends on
+// its row in the batch; rank r runs forwards r, r+size, ... Each item's summed loss (fp32 per
+// target, summed in fp64) goes to rank 0, which adds them in item order. `max_items` > 0
+// evaluates only the first items.
 // UserError (every rank) when the dataset does not fit the model or the split is too short.
 EvalResult evaluate_split(model::Model& net, const std::string& dataset_dir, const std::string& split, int64_t batch,
                           int64_t max_items, const c10::Device& device, MPI_Comm world);
