@@ -7,13 +7,17 @@
 # `shardtrain plan`'s inter-host bytes per step, its estimated step time per strategy and its
 # recommendation (the shortest estimated step) for that link, from inputs measured here (below).
 #
-#   perf/cluster/run.sh [SHARDTRAIN] [--rates "none 1gbit 250mbit"] [--strategies "..."] [--steps K] [--reps R]
-#                       [--input-reps I] [--table-only]
+#   perf/cluster/run.sh [SHARDTRAIN] [--rates "none 1gbit 250mbit"] [--strategies "..."] [--warmup W] [--steps K]
+#                       [--reps R] [--input-reps I] [--table-only]
 #
 # Bytes per step: two runs per cell, W and W+K steps (same deck, same start-up, same final
 # checkpoint); (counters after the longer - counters after the shorter) / K cancels MPI wire-up,
 # initialisation and the checkpoint write. Step time and comm share: the median of the longer
-# run's steps after the first W (with --reps R: of R such runs, the strategies in turn). Output:
+# run's steps after the first W (with --reps R: of R such runs, the strategies in turn; W = 4 by
+# default because steps 3-5 were often still warming up, by up to 2x). Which differences are
+# resolved: each run's own median too; a strategy whose fastest run is not slower than the
+# fastest strategy's slowest run is reported beside it ("A ~ B": the runs do not order them),
+# and the plan's pick counts as the measured fastest when it is one of those. Output:
 # a Markdown table on stdout, raw numbers in $OUT/raw.tsv
 # (OUT=perf/cluster/out by default). The planner's inputs: each the median of I measurements
 # (--input-reps, default 3; one reading of core_us moved by 30% between runs). Needs root
@@ -25,16 +29,17 @@ ST=$REPO/build/bin/shardtrain
 [[ ${1:-} != --* && -n ${1:-} ]] && { ST=$(realpath "$1"); shift; }
 RATES="none 1gbit 250mbit"
 STRATS="full_shard shard_grad_op no_shard hybrid_shard hybrid_shard_zero2"
-K=6 W=2 REPS=1 IREPS=3 TABLE_ONLY=0
+K=12 W=4 REPS=1 IREPS=3 TABLE_ONLY=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
     --strategies) STRATS=$2; shift 2 ;;
+    --warmup) W=$2; shift 2 ;;          # untimed steps at the start of every run
     --steps) K=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;          # timed runs per cell (step time: median over all their steps)
     --input-reps) IREPS=$2; shift 2 ;;   # measurements per planner input (their median)
     --table-only) TABLE_ONLY=1; shift ;;   # the runs' raw.tsv exists: weights, planner and table only
-    *) echo "usage: $0 [SHARDTRAIN] [--rates R] [--strategies S] [--steps K] [--reps R] [--input-reps I] [--table-only]" >&2; exit 2 ;;
+    *) echo "usage: $0 [SHARDTRAIN] [--rates R] [--strategies S] [--warmup W] [--steps K] [--reps R] [--input-reps I] [--table-only]" >&2; exit 2 ;;
   esac
 done
 DECK=$HERE/wide.toml
@@ -78,14 +83,22 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]
 # one inter-host byte costs W intra-host bytes, W = (intra-host bandwidth) / (link bandwidth).
 plan_out() { "$ST" plan "$DECK" --ranks 4 --ranks-per-host 2 "$@" 2>/dev/null; }
 
-steps() { # RATE STRATEGY FIELD: that field of every timed step (after the first W) of the cell's runs
-  local r files=("$OUT/$1-$2/metrics.jsonl")
-  for ((r = 2; r <= REPS; r++)); do files+=("$OUT/$1-$2-rep$r/metrics.jsonl"); done
-  cat "${files[@]}" | sed -n 's/.*"step":\([0-9]*\).*/\1 &/p' | awk -v w="$W" '$1 > w' | sed -n "s/.*\"$3\":\\([^,}]*\\).*/\\1/p"
+run_dir() { if [[ $3 == 1 ]]; then echo "$OUT/$1-$2"; else echo "$OUT/$1-$2-rep$3"; fi; }  # RATE STRATEGY REP
+run_steps() { # DIR FIELD: that field of the run's timed steps (after the first W)
+  sed -n 's/.*"step":\([0-9]*\).*/\1 &/p' "$1/metrics.jsonl" | awk -v w="$W" '$1 > w' | sed -n "s/.*\"$2\":\\([^,}]*\\).*/\\1/p"
+}
+steps() { # RATE STRATEGY FIELD: that field of every timed step of the cell's runs
+  local r
+  for ((r = 1; r <= REPS; r++)); do run_steps "$(run_dir "$1" "$2" $r)" "$3"; done
+}
+run_medians() { # RATE STRATEGY: each run's median step (ms), "a/b/c"
+  local r out=()
+  for ((r = 1; r <= REPS; r++)); do out+=("$(run_steps "$(run_dir "$1" "$2" $r)" step_ms | median | awk '{ printf "%.0f", $1 }')"); done
+  (IFS=/; echo "${out[*]}")
 }
 
 if [[ $TABLE_ONLY == 0 ]]; then
-echo -e "rate\tstrategy\tstep_ms\tcomm_share\tnode1_tx_per_step\tnode1_rx_per_step\tnode2_tx_per_step\tnode2_rx_per_step" > "$OUT/raw.tsv"
+echo -e "rate\tstrategy\tstep_ms\tcomm_share\tnode1_tx_per_step\tnode1_rx_per_step\tnode2_tx_per_step\tnode2_rx_per_step\trun_medians_ms" > "$OUT/raw.tsv"
 for rate in $RATES; do
   "$CL/cluster.sh" rate "$rate"
   declare -A PER=()
@@ -101,7 +114,7 @@ for rate in $RATES; do
   for s in $STRATS; do
     ms=$(steps "$rate" "$s" step_ms | median)
     cs=$(steps "$rate" "$s" comm_share | median)
-    echo -e "$rate\t$s\t$ms\t$cs\t${PER[$s]%$'\t'}" | tee -a "$OUT/raw.tsv" >&2
+    echo -e "$rate\t$s\t$ms\t$cs\t${PER[$s]%$'\t'}\t$(run_medians "$rate" "$s")" | tee -a "$OUT/raw.tsv" >&2
   done
 done
 fi
@@ -246,14 +259,27 @@ done
 echo "# inputs: $(plan_flags "<rate>")" >&2
 
 mb() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1e6 }'; }
-echo "| link | W, W2 | strategy | step (ms) | exposed comm (ms) | plan: est. step (ms) | plan: est. exposed (ms) | node 1 sent / step (MB) | node 2 sent / step (MB) | plan: host link / step (MB) | measured / plan | plan recommends | measured fastest |"
-echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+# The measured fastest at RATE: the lowest step, then "~ B" for each strategy B whose fastest run
+# is not slower than that strategy's slowest run (the runs do not order them).
+fastest() {
+  awk -F'\t' -v r="$1" '$1 == r { n++; s[n] = $2; ms[n] = $3; k = split($9, m, "/"); lo[n] = 1e30; hi[n] = 0
+      for (i = 1; i <= k; i++) { if (m[i] < lo[n]) lo[n] = m[i]; if (m[i] > hi[n]) hi[n] = m[i] } }
+    END { b = 1; for (i = 2; i <= n; i++) if (ms[i] < ms[b]) b = i
+      out = s[b]; for (i = 1; i <= n; i++) if (i != b && lo[i] <= hi[b]) out = out " ~ " s[i]; print out }' "$OUT/raw.tsv"
+}
+echo "| link | W, W2 | strategy | step (ms) | runs' medians (ms) | exposed comm (ms) | plan: est. step (ms) | plan: est. exposed (ms) | node 1 sent / step (MB) | node 2 sent / step (MB) | plan: host link / step (MB) | measured / plan | plan recommends | measured fastest |"
+echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+verdicts=()
 for rate in $RATES; do
   w=$(awk -v r="$rate" '$1 == r { print $4 ", " $6 }' "$OUT/weights.tsv")
-  fastest=$(awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | sort -t$'\t' -k3,3g | head -1 | cut -f2)
-  awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | while IFS=$'\t' read -r _ s ms cs tx1 rx1 tx2 rx2; do
+  best=$(fastest "$rate")
+  awk -v r="$rate" '$1 == r' "$OUT/raw.tsv" | while IFS=$'\t' read -r _ s ms cs tx1 rx1 tx2 rx2 runs; do
     p=${PLAN[$s]}
     ratio=$(awk -v a="$tx1" -v b="$tx2" -v p="$p" 'BEGIN { m = a > b ? a : b; printf "%.3f", m / p }')
-    echo "| $rate | $w | $s | $(printf %.0f "$ms") | $(awk -v c="$cs" -v m="$ms" 'BEGIN { printf "%.0f (%.0f%%)", c * m, 100 * c }') | ${EST[$rate,$s]} | ${EXP[$rate,$s]} | $(mb "$tx1") | $(mb "$tx2") | $(mb "$p") | $ratio | ${REC[$rate]} | $fastest |"
+    echo "| $rate | $w | $s | $(printf %.0f "$ms") | $runs | $(awk -v c="$cs" -v m="$ms" 'BEGIN { printf "%.0f (%.0f%%)", c * m, 100 * c }') | ${EST[$rate,$s]} | ${EXP[$rate,$s]} | $(mb "$tx1") | $(mb "$tx2") | $(mb "$p") | $ratio | ${REC[$rate]} | $best |"
   done
+  if [[ " ${best//\~/} " == *" ${REC[$rate]} "* ]]; then v=yes; else v=NO; fi
+  verdicts+=("$rate: plan ${REC[$rate]}, measured $best: $v")
 done
+echo
+echo "plan's pick among the measured fastest: $(printf '%s; ' "${verdicts[@]}" | sed 's/; $//')"
