@@ -104,12 +104,12 @@ for rate in $RATES; do
   declare -A PER=()
   for s in $STRATS; do
     a=$(run "$s" "$W" "$OUT/$rate-$s-short")
-    b=$(run "$s" $((W + K)) "$OUT/$rate-$s")
+    b=$(run "$s" $((W + K)) "$(run_dir "$rate" "$s" 1)")
     PER[$s]=$(paste -d' ' <(tr ' ' '\n' <<<"$a") <(tr ' ' '\n' <<<"$b") | awk -v k="$K" 'NF == 2 { printf "%.0f\t", ($2 - $1) / k }')
   done
   # More timed runs, the strategies in turn (so that a slow spell of the machine hits them alike).
   for ((r = 2; r <= REPS; r++)); do
-    for s in $STRATS; do run "$s" $((W + K)) "$OUT/$rate-$s-rep$r" > /dev/null; done
+    for s in $STRATS; do run "$s" $((W + K)) "$(run_dir "$rate" "$s" $r)" > /dev/null; done
   done
   for s in $STRATS; do
     ms=$(steps "$rate" "$s" step_ms | median)
