@@ -8,7 +8,9 @@
 
 namespace shardtrain::data {
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir) {
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir,
+                                          const TokenizerOptions& options) {
+  (void)options;  // only model tokenizers (tokenizer.json, tokenizer.model) have special tokens
   if (name == "byte") return std::make_unique<ByteTokenizer>();
   if (name == "gpt2") {
     std::string dir = gpt2_dir(data_dir);
