@@ -19,7 +19,14 @@ struct DataArgs {
   std::string out;
   data::PrepareArgs prepare;
   std::string tokenizer = "gpt2", dtype, in, info_dir;
+  std::string special_tokens = "match";
 };
+
+constexpr const char* kTokenizerHelp =
+    "gpt2 | byte | a model's tokenizer: tokenizer.json, tokenizer.model or the model directory (docs/data.md)";
+constexpr const char* kSpecialTokensHelp =
+    "match: special-token text in the input (\"<|eot_id|>\") is that token (default, as Hugging Face); "
+    "text: it is ordinary text";
 
 int run_on_rank0(runtime::Runtime& rt, const std::function<std::string()>& fn) {
   std::string summary;
@@ -49,7 +56,8 @@ void add_data(CLI::App& app, CommandFn& selected) {
 
   auto* pr = data->add_subcommand(
       "prepare", "Tokenize a corpus into DIR/{train,val}.bin + meta.json (or MNIST); in parallel under mpirun");
-  pr->add_option("--tokenizer", args->prepare.tokenizer, "gpt2 | byte")->check(CLI::IsMember({"gpt2", "byte"}));
+  pr->add_option("--tokenizer", args->prepare.tokenizer, kTokenizerHelp);
+  pr->add_option("--special-tokens", args->special_tokens, kSpecialTokensHelp)->check(CLI::IsMember({"match", "text"}));
   pr->add_option("--source", args->prepare.sources,
                  "austen | mnist | a text or JSONL file (.gz too), a directory of them, or a glob pattern (repeatable)")
       ->required();
@@ -65,6 +73,7 @@ void add_data(CLI::App& app, CommandFn& selected) {
     selected = [args](runtime::Runtime& rt) -> int {
       auto a = args->prepare;
       a.data_dir = dir_or_default(args->data_dir);
+      a.tokenizer_options.specials_in_text = args->special_tokens == "match";
       const bool mnist = std::find(a.sources.begin(), a.sources.end(), "mnist") != a.sources.end();
       if (mnist) return run_on_rank0(rt, [&] { return data::cmd_prepare(a); });
       // Text corpora: every rank tokenizes its byte ranges (docs/data.md "Bring your own corpus").
@@ -80,7 +89,9 @@ void add_data(CLI::App& app, CommandFn& selected) {
     auto* c = data->add_subcommand(encode ? "encode" : "decode",
                                    encode ? "Text file -> raw little-endian token ids"
                                           : "Raw little-endian token ids -> text file");
-    c->add_option("--tokenizer", args->tokenizer, "gpt2 | byte")->check(CLI::IsMember({"gpt2", "byte"}));
+    c->add_option("--tokenizer", args->tokenizer, kTokenizerHelp);
+    if (encode)
+      c->add_option("--special-tokens", args->special_tokens, kSpecialTokensHelp)->check(CLI::IsMember({"match", "text"}));
     c->add_option("--dtype", args->dtype, "uint16 | uint32 (default: smallest that fits the vocabulary)")
         ->check(CLI::IsMember({"uint16", "uint32"}));
     c->add_option("in", args->in, "Input file")->required();
@@ -89,7 +100,9 @@ void add_data(CLI::App& app, CommandFn& selected) {
       selected = [args, encode](runtime::Runtime& rt) {
         return run_on_rank0(rt, [&] {
           auto dir = dir_or_default(args->data_dir);
-          return encode ? data::cmd_encode(dir, args->tokenizer, args->in, args->out, args->dtype)
+          data::TokenizerOptions o;
+          o.specials_in_text = args->special_tokens == "match";
+          return encode ? data::cmd_encode(dir, args->tokenizer, args->in, args->out, args->dtype, o)
                         : data::cmd_decode(dir, args->tokenizer, args->in, args->out, args->dtype);
         });
       };

@@ -63,7 +63,7 @@ std::string cmd_prepare(const PrepareArgs& a) {
   for (const auto& s : a.sources)
     for (const char* f : {"train.bin", "val.bin", "meta.json"})
       refuse_overwrite("data prepare", a.out_dir + "/" + f, s);
-  auto tok = make_tokenizer(a.tokenizer, a.data_dir);
+  auto tok = make_tokenizer(a.tokenizer, a.data_dir, a.tokenizer_options);
   std::size_t bytes = 0;
   for (auto& d : docs) bytes += d.text.size();
   auto t0 = std::chrono::steady_clock::now();
@@ -76,8 +76,8 @@ std::string cmd_prepare(const PrepareArgs& a) {
 }
 
 std::string cmd_encode(const std::string& data_dir, const std::string& tokenizer, const std::string& in,
-                       const std::string& out, std::string dtype) {
-  auto tok = make_tokenizer(tokenizer, data_dir);
+                       const std::string& out, std::string dtype, const TokenizerOptions& options) {
+  auto tok = make_tokenizer(tokenizer, data_dir, options);
   if (dtype.empty()) dtype = dtype_for_vocab(tok->vocab_size());
   refuse_overwrite("data encode", out, in);
   std::string text = read_file(in, kMaxSourceBytes, "text input");

@@ -328,7 +328,7 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
                   "fraction of each document held out for validation), got ", a.val_fraction);
     ST_USER_CHECK(a.threads >= 0 && a.threads <= 4096, "data prepare: --threads must be in [0, 4096], got ", a.threads);
     ST_USER_CHECK(!a.text_field.empty(), "data prepare: --text-field must not be empty");
-    tokenizer = make_tokenizer(a.tokenizer, a.data_dir);
+    tokenizer = make_tokenizer(a.tokenizer, a.data_dir, a.tokenizer_options);
     sources = expand_corpus_sources(a.sources, a.data_dir);
     std::error_code ec;
     for (const auto& s : sources)

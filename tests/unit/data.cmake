@@ -8,3 +8,5 @@ add_unit_test(NAME test_data_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_da
               LIBS shardtrain::data_core LABELS data TIMEOUT 300)
 add_unit_test(NAME test_data_sampler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_sampler.cpp
               LIBS shardtrain::data LABELS data)
+add_unit_test(NAME test_data_model_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_model_tokenizer.cpp
+              LIBS shardtrain::data_core LABELS "data;tokenizer")

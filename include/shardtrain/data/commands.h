@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/data/tokenizer.h"
+
 namespace shardtrain::data {
 
 // data extract-austen: the six novels as <out_dir>/<name>.txt (default <data_dir>/austen).
@@ -11,7 +13,8 @@ std::string cmd_extract_austen(const std::string& data_dir, const std::string& o
 
 struct PrepareArgs {
   std::string data_dir;
-  std::string tokenizer = "gpt2";       // gpt2 | byte (ignored for mnist)
+  std::string tokenizer = "gpt2";       // gpt2 | byte | a tokenizer.json / tokenizer.model / model dir (ignored for mnist)
+  TokenizerOptions tokenizer_options;   // --special-tokens match | text
   std::vector<std::string> sources;     // "austen", "mnist", or text files
   std::string out_dir;
   double val_fraction = 0;              // checked to lie in [0, 1) when given
@@ -26,7 +29,7 @@ std::string cmd_prepare(const PrepareArgs& a);
 
 // data encode / decode: raw little-endian ids (dtype "" = smallest that fits the vocab).
 std::string cmd_encode(const std::string& data_dir, const std::string& tokenizer, const std::string& in,
-                       const std::string& out, std::string dtype);
+                       const std::string& out, std::string dtype, const TokenizerOptions& options = {});
 std::string cmd_decode(const std::string& data_dir, const std::string& tokenizer, const std::string& in,
                        const std::string& out, std::string dtype);
 

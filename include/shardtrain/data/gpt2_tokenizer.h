@@ -26,6 +26,10 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(v_->id_to_bytes.size()); }
   std::string name() const override { return "gpt2"; }
   std::int32_t eot_id() const override { return v_->eot_id; }
+  // "<|endoftext|>", the one special token of GPT-2 (its BOS and EOS in transformers).
+  std::int32_t token_id(std::string_view token) const override {
+    return token == "<|endoftext|>" ? v_->eot_id : -1;
+  }
 
   std::size_t num_merges() const { return v_->merges.size(); }
   // Raw bytes of one token (for inspection and tests).
