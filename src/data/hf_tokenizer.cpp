@@ -1,9 +1,11 @@
 // HfBpeTokenizer at run time: added tokens -> normalizer -> pre-tokenizer steps -> BPE of each
 // pre-token (with a per-thread cache) -> ids, in the order the tokenizers library runs them.
 #include <algorithm>
+#include <cstring>
 #include <queue>
 
 #include "hf_tokenizer_spec.h"
+#include "shardtrain/data/pretokenize.h"
 #include "shardtrain/data/unicode_class.h"
 #include "shardtrain/util/error.h"
 
@@ -12,6 +14,65 @@ namespace {
 using Spec = HfBpeTokenizer::Spec;
 constexpr std::size_t kMaxCachedWord = 256;   // longer pre-tokens are not cached
 constexpr std::size_t kMaxCache = 1 << 19;    // entries; the cache is cleared past this
+
+// Pre-token -> ids, per thread: an open-addressing index over two flat arrays (the words'
+// bytes, their ids). One or two cache lines per lookup wherever the heap put things (a
+// node-based map's nodes land among the fragments the tokenizer.json parse left).
+class WordCache {
+ public:
+  WordCache() { slots_.assign(1 << 12, Slot{}); }
+  bool find(std::string_view w, std::uint64_t h, const std::int32_t*& ids, std::uint32_t& n) const {
+    for (std::size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      const Slot& s = slots_[i];
+      if (s.hash == 0) return false;
+      if (s.hash == h && s.key_len == w.size() && std::memcmp(keys_.data() + s.key_off, w.data(), w.size()) == 0) {
+        ids = ids_.data() + s.ids_off;
+        n = s.ids_len;
+        return true;
+      }
+    }
+  }
+  void insert(std::string_view w, std::uint64_t h, const std::vector<std::int32_t>& ids) {
+    if (count_ >= kMaxCache) clear();
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    Slot s{h, static_cast<std::uint32_t>(keys_.size()), static_cast<std::uint32_t>(w.size()),
+           static_cast<std::uint32_t>(ids_.size()), static_cast<std::uint32_t>(ids.size())};
+    keys_.insert(keys_.end(), w.begin(), w.end());
+    ids_.insert(ids_.end(), ids.begin(), ids.end());
+    place(s);
+    ++count_;
+  }
+  // Never 0 (0 marks an empty slot).
+  static std::uint64_t hash(std::string_view w) { return std::hash<std::string_view>()(w) | 1; }
+
+ private:
+  struct Slot {
+    std::uint64_t hash = 0;
+    std::uint32_t key_off = 0, key_len = 0, ids_off = 0, ids_len = 0;
+  };
+  void place(const Slot& s) {
+    std::size_t i = s.hash & (slots_.size() - 1);
+    while (slots_[i].hash != 0) i = (i + 1) & (slots_.size() - 1);
+    slots_[i] = s;
+  }
+  void grow() {
+    std::vector<Slot> old(slots_.size() * 2, Slot{});
+    old.swap(slots_);
+    for (const auto& s : old)
+      if (s.hash) place(s);
+  }
+  void clear() {
+    slots_.assign(1 << 12, Slot{});
+    keys_.clear();
+    ids_.clear();
+    count_ = 0;
+  }
+  std::vector<Slot> slots_;
+  std::vector<char> keys_;
+  std::vector<std::int32_t> ids_;
+  std::size_t count_ = 0;
+};
+constexpr std::int32_t kShortWord = 48;       // symbols; longer words use the heap
 }  // namespace
 
 struct HfBpeTokenizer::State {
@@ -20,8 +81,7 @@ struct HfBpeTokenizer::State {
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> pieces;  // per step
   std::vector<std::vector<bool>> is_delim;                     // per step
   std::string normalized, scratch;
-  std::unordered_map<std::string, std::vector<std::int32_t>> cache;
-  std::string key;
+  WordCache cache;
   struct Symbol {
     std::int32_t id, prev, next;
     bool alive;
@@ -32,7 +92,7 @@ struct HfBpeTokenizer::State {
   };
   std::vector<Symbol> sym;
   std::vector<Cand> heap;
-  std::vector<std::int32_t> word_ids;
+  std::vector<std::int32_t> word_ids, short_word;
 
   explicit State(const Spec& s) {
     for (const auto& p : s.pre)
@@ -135,6 +195,15 @@ void HfBpeTokenizer::pretokenize(std::size_t step, std::string_view piece, bool 
     text = buf;
     if (!p.split) return pretokenize(step + 1, text, at_start, out);
   }
+  if (p.scanner != Spec::PreStep::NoScanner) {
+    for (std::size_t x = 0; x < text.size();) {
+      const std::size_t len = p.scanner == Spec::PreStep::Gpt2Scanner ? pretoken_length(text, x)
+                                                                      : llama3_pretoken_length(text, x, p.max_digits);
+      pretokenize(step + 1, text.substr(x, len), at_start && x == 0, out);
+      x += len;
+    }
+    return;
+  }
   // Split into delimiters and the rest.
   auto& seg = st_->pieces[step];
   auto& delim = st_->is_delim[step];
@@ -212,34 +281,52 @@ void HfBpeTokenizer::pretokenize(std::size_t step, std::string_view piece, bool 
   }
 }
 
-// The model on one pre-token: whole-word lookup (ignore_merges), the cache, or BPE.
+// The model on one pre-token: whole-word lookup (ignore_merges), the cache, or BPE; a long
+// SentencePiece-style word in the pieces no merge can cross (Spec::piece_boundary).
 void HfBpeTokenizer::model_word(std::string_view word, std::vector<std::int32_t>& out) {
+  const Spec& s = *spec_;
+  if (!s.piece_boundary.empty() && word.size() > kMaxCachedWord / 4) {
+    const std::string& b = s.piece_boundary;
+    std::size_t start = 0;
+    for (std::size_t p = word.find(b, 1); p != std::string_view::npos; p = word.find(b, p + b.size())) {
+      if (p >= start + b.size() && word.compare(p - b.size(), b.size(), b) == 0) continue;  // inside a run
+      if (p > start) {
+        model_piece(word.substr(start, p - start), out);
+        start = p;
+      }
+    }
+    model_piece(word.substr(start), out);
+    return;
+  }
+  model_piece(word, out);
+}
+
+void HfBpeTokenizer::model_piece(std::string_view word, std::vector<std::int32_t>& out) {
   const Spec& s = *spec_;
   if (word.size() == 1 && s.byte_level) {
     out.push_back(s.byte_id[static_cast<unsigned char>(word[0])]);
     return;
   }
   if (word.size() > kMaxCachedWord) return bpe(word, out);
-  std::string& key = st_->key;
-  key.assign(word);
-  auto hit = st_->cache.find(key);
-  if (hit != st_->cache.end()) {
-    out.insert(out.end(), hit->second.begin(), hit->second.end());
+  const std::uint64_t h = WordCache::hash(word);
+  const std::int32_t* hit;
+  std::uint32_t n;
+  if (st_->cache.find(word, h, hit, n)) {
+    out.insert(out.end(), hit, hit + n);
     return;
   }
   auto& ids = st_->word_ids;
   ids.clear();
   bool whole = false;
   if (s.ignore_merges) {
-    auto it = s.vocab.find(key);
+    auto it = s.vocab.find(std::string(word));
     if (it != s.vocab.end()) {
       ids.push_back(it->second);
       whole = true;
     }
   }
   if (!whole) bpe(word, ids);
-  if (st_->cache.size() >= kMaxCache) st_->cache.clear();
-  st_->cache.emplace(key, ids);
+  st_->cache.insert(word, h, ids);
   out.insert(out.end(), ids.begin(), ids.end());
 }
 
@@ -293,6 +380,31 @@ void HfBpeTokenizer::bpe(std::string_view word, std::vector<std::int32_t>& out) 
     }
   }
   const auto n = static_cast<std::int32_t>(sym.size());
+  if (n <= kShortWord) {
+    // Short words: the lowest-ranked adjacent pair, leftmost among equals, merged one at a
+    // time by rescanning. The same merges in the same order as the heap below (a heap entry
+    // is only taken while its pair is still there), without the heap's bookkeeping.
+    auto& w = st_->short_word;
+    w.clear();
+    for (const auto& x : sym) w.push_back(x.id);
+    while (w.size() > 1) {
+      std::int32_t best_rank = INT32_MAX, best_merged = -1;
+      std::size_t best_i = 0;
+      for (std::size_t i = 0; i + 1 < w.size(); ++i) {
+        const auto* m = s.merges.find(Spec::pair_key(w[i], w[i + 1]));
+        if (m && m->rank < best_rank) {
+          best_rank = m->rank;
+          best_merged = m->merged;
+          best_i = i;
+        }
+      }
+      if (best_merged < 0) break;
+      w[best_i] = best_merged;
+      w.erase(w.begin() + static_cast<std::ptrdiff_t>(best_i) + 1);
+    }
+    out.insert(out.end(), w.begin(), w.end());
+    return;
+  }
   if (n > 0) sym.back().next = -1;
   auto& heap = st_->heap;
   heap.clear();
@@ -300,9 +412,9 @@ void HfBpeTokenizer::bpe(std::string_view word, std::vector<std::int32_t>& out) 
   auto consider = [&](std::int32_t pos) {
     std::int32_t nx = sym[pos].next;
     if (nx < 0) return;
-    auto it = s.merges.find(Spec::pair_key(sym[pos].id, sym[nx].id));
-    if (it == s.merges.end()) return;
-    heap.push_back({it->second.rank, pos, it->second.merged});
+    const auto* m = s.merges.find(Spec::pair_key(sym[pos].id, sym[nx].id));
+    if (!m) return;
+    heap.push_back({m->rank, pos, m->merged});
     std::push_heap(heap.begin(), heap.end(), cmp);
   };
   for (std::int32_t i = 0; i + 1 < n; ++i) consider(i);
@@ -313,8 +425,8 @@ void HfBpeTokenizer::bpe(std::string_view word, std::vector<std::int32_t>& out) 
     auto& left = sym[top.pos];
     if (!left.alive || left.next < 0) continue;
     auto& right = sym[left.next];
-    auto it = s.merges.find(Spec::pair_key(left.id, right.id));
-    if (it == s.merges.end() || it->second.merged != top.merged) continue;
+    const auto* m = s.merges.find(Spec::pair_key(left.id, right.id));
+    if (!m || m->merged != top.merged) continue;
     left.id = top.merged;
     right.alive = false;
     left.next = right.next;

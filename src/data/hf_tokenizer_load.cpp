@@ -124,6 +124,13 @@ SplitBehavior behavior_of(const Ctx& c, const json& j, const std::string& key) {
 // GPT-2's split, which ByteLevel(use_regex = true) applies.
 constexpr const char* kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+// The split patterns of Llama 3 and Qwen2 tokenizer.json files (run by llama3_pretoken_length()).
+constexpr const char* kLlama3Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen2Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 void add_pre_tokenizer(const Ctx& c, const json& j, const std::string& key, Spec& s) {
   if (j.is_null()) return;
@@ -141,6 +148,14 @@ void add_pre_tokenizer(const Ctx& c, const json& j, const std::string& key, Spec
     p.re = pattern_of(c, c.get(j, "pattern", key), key + ".pattern");
     p.behavior = behavior_of(c, j, key);
     p.invert = c.flag(j, "invert", key, false);
+    if (p.behavior == SplitBehavior::Isolated && !p.invert && c.get(j, "pattern", key).contains("Regex")) {
+      const std::string& re = p.re->pattern();
+      if (re == kGpt2Pattern) p.scanner = P::Gpt2Scanner;
+      if (re == kLlama3Pattern || re == kQwen2Pattern) {
+        p.scanner = P::Llama3Scanner;
+        p.max_digits = re == kLlama3Pattern ? 3 : 1;
+      }
+    }
     s.pre.push_back(std::move(p));
   } else if (t == "Digits") {
     P p;
@@ -152,7 +167,10 @@ void add_pre_tokenizer(const Ctx& c, const json& j, const std::string& key, Spec
     P p;
     p.kind = P::ByteLevel;
     p.add_prefix_space = c.flag(j, "add_prefix_space", key, true);
-    if (c.flag(j, "use_regex", key, true)) p.re = std::make_shared<SplitRegex>(kGpt2Pattern, false, "ByteLevel");
+    if (c.flag(j, "use_regex", key, true)) {
+      p.re = std::make_shared<SplitRegex>(kGpt2Pattern, false, "ByteLevel");
+      p.scanner = P::Gpt2Scanner;
+    }
     s.pre.push_back(std::move(p));
     s.byte_level = true;
   } else if (t == "Metaspace") {
@@ -364,6 +382,21 @@ std::shared_ptr<Spec> load_hf_tokenizer(const HfTokenizerFiles& files, const Tok
   if (s->byte_level)
     for (int b = 0; b < 256; ++b)
       if (s->byte_id[b] < 0) c.fail("model.vocab", "a byte-level vocabulary lacks the token of byte " + std::to_string(b));
+  if (!s->byte_level && !s->ignore_merges) {
+    std::string boundary;
+    for (const auto& p : s->pre)
+      if (p.kind == Spec::PreStep::Metaspace) boundary = p.replacement;
+    for (const auto& n : s->normalizer)
+      if (n.kind == Spec::NormStep::Replace && n.a == " ") boundary = n.b;
+    bool safe = !boundary.empty() && s->vocab_spelling.count(boundary);
+    for (auto it = s->vocab_spelling.begin(); safe && it != s->vocab_spelling.end(); ++it) {
+      const std::string& t = it->first;
+      std::size_t p = 0;
+      while (t.compare(p, boundary.size(), boundary) == 0) p += boundary.size();
+      safe = t.find(boundary, p) == std::string::npos;
+    }
+    if (safe) s->piece_boundary = boundary;
+  }
   if (m.contains("unk_token") && !m.at("unk_token").is_null()) {
     const std::string unk = c.str(m, "unk_token", "model");
     auto it = s->vocab_spelling.find(unk);
@@ -373,7 +406,8 @@ std::shared_ptr<Spec> load_hf_tokenizer(const HfTokenizerFiles& files, const Tok
 
   const json& merges = c.get(m, "merges", "model");
   if (!merges.is_array()) c.fail("model.merges", "expected an array");
-  s->merges.reserve(merges.size());
+  std::unordered_map<std::uint64_t, Spec::Merge> merge_map;
+  merge_map.reserve(merges.size());
   std::string a, b, ka, kb;
   for (std::size_t i = 0; i < merges.size(); ++i) {
     const json& e = merges[i];
@@ -394,9 +428,10 @@ std::shared_ptr<Spec> load_hf_tokenizer(const HfTokenizerFiles& files, const Tok
     if (ia == s->vocab_spelling.end() || ib == s->vocab_spelling.end() || im == s->vocab_spelling.end())
       c.fail(k, "merge '" + a + " " + b + "' uses or makes a token missing from model.vocab");
     // A repeated merge keeps its last rank, as the library's map construction does.
-    s->merges.insert_or_assign(Spec::pair_key(ia->second, ib->second),
+    merge_map.insert_or_assign(Spec::pair_key(ia->second, ib->second),
                                Spec::Merge{static_cast<std::int32_t>(i), im->second});
   }
+  s->merges.build(merge_map);
 
   // added tokens
   std::vector<AddedToken> added;

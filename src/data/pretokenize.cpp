@@ -58,6 +58,57 @@ std::size_t pretoken_length(std::string_view t, std::size_t pos) {
   return last > pos ? last - pos : end - pos;
 }
 
+std::size_t llama3_pretoken_length(std::string_view t, std::size_t pos, int max_digits) {
+  const std::size_t n = t.size();
+  auto newline = [&](std::size_t p) { return t[p] == '\r' || t[p] == '\n'; };
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d): ASCII letters either case, and U+017F (long s), which
+  // Unicode case folding makes an s.
+  if (t[pos] == '\'' && pos + 1 < n) {
+    auto lower = [](char ch) { return ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch + 32) : ch; };
+    const char a = lower(t[pos + 1]);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if (pos + 2 < n) {
+      if (static_cast<unsigned char>(t[pos + 1]) == 0xC5 && static_cast<unsigned char>(t[pos + 2]) == 0xBF) return 3;
+      const char b = lower(t[pos + 2]);
+      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    }
+  }
+  const Cp c0 = at(t, pos);
+  // [^\r\n\p{L}\p{N}]?\p{L}+: letters, or one other code point (not a newline) then letters.
+  if (c0.cls == CharClass::Letter) return run_of(t, pos, CharClass::Letter) - pos;
+  if (c0.cls != CharClass::Number && !newline(pos) && pos + c0.len < n && at(t, pos + c0.len).cls == CharClass::Letter)
+    return run_of(t, pos + c0.len, CharClass::Letter) - pos;
+  // \p{N}{1,max_digits}
+  if (c0.cls == CharClass::Number) {
+    std::size_t p = pos;
+    for (int k = 0; k < max_digits && p < n; ++k) {
+      const Cp c = at(t, p);
+      if (c.cls != CharClass::Number) break;
+      p += c.len;
+    }
+    return p - pos;
+  }
+  //  ?[^\s\p{L}\p{N}]+[\r\n]*
+  const std::size_t q = pos + (t[pos] == ' ' ? 1 : 0);
+  if (q < n && at(t, q).cls == CharClass::Other) {
+    std::size_t e = run_of_other(t, q);
+    while (e < n && newline(e)) ++e;
+    return e - pos;
+  }
+  // Here t[pos] is whitespace. \s*[\r\n]+: through the run's last newline, when it has one.
+  const std::size_t end = run_of(t, pos, CharClass::Space);
+  if (end == pos) return c0.len;  // unreachable: every class is handled above
+  std::size_t after_newline = 0;
+  for (std::size_t p = pos; p < end; ++p)
+    if (newline(p)) after_newline = p + 1;
+  if (after_newline) return after_newline - pos;
+  // \s+(?!\S), else \s+: as in pretoken_length().
+  if (end == n) return end - pos;
+  std::size_t last = end - 1;
+  while (last > pos && (static_cast<unsigned char>(t[last]) & 0xC0) == 0x80) --last;
+  return last > pos ? last - pos : end - pos;
+}
+
 std::vector<std::string_view> pretokenize(std::string_view text) {
   std::vector<std::string_view> out;
   for_each_pretoken(text, [&](std::string_view c) { out.push_back(c); });

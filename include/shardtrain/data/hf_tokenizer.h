@@ -53,6 +53,7 @@ class HfBpeTokenizer final : public Tokenizer {
   void encode_segment(std::string_view text, std::size_t offset, std::vector<std::int32_t>& out);
   void pretokenize(std::size_t step, std::string_view piece, bool at_start, std::vector<std::int32_t>& out);
   void model_word(std::string_view word, std::vector<std::int32_t>& out);
+  void model_piece(std::string_view word, std::vector<std::int32_t>& out);
   void bpe(std::string_view word, std::vector<std::int32_t>& out);
 
   std::shared_ptr<const Spec> spec_;
