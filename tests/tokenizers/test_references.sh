@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Model tokenizers against reference implementations (issue #26): the tokenizer.json files
-# scripts/fetch-data builds (Llama 3, GPT-2, Mistral in two spellings) encode >= 1 MB of Austen
+# scripts/fetch-data builds (Llama 3, Qwen2's pipeline, GPT-2, Mistral in two spellings) encode >= 1 MB of Austen
 # plus an edge-case text to the same ids as @huggingface/tokenizers (and as llama3-tokenizer-js /
 # mistral-tokenizer-js), through `data prepare` (per document, 2 threads) and `data encode`;
 # decode(encode(x)) == x where the tokenizer promises it. 0 mismatches or the test fails.
@@ -14,7 +14,7 @@ nm="$data/npm/node_modules" toks="$data/tokenizers"
 command -v node >/dev/null || { echo "skip: node not found"; exit 77; }
 for f in "$nm/@huggingface/tokenizers/dist/tokenizers.mjs" "$nm/llama3-tokenizer-js/package.json" \
          "$nm/mistral-tokenizer-js/package.json" "$data/austen/emma.txt" "$data/austen/persuasion.txt" \
-         "$toks"/{llama3,gpt2,mistral,mistral-metaspace}/tokenizer.json; do
+         "$toks"/{llama3,llama3-pcre,qwen2-style,gpt2,mistral,mistral-metaspace}/tokenizer.json; do
   [[ -f "$f" ]] || { echo "skip: $f is missing (run scripts/fetch-data after building)"; exit 77; }
 done
 rm -rf "$work" && mkdir -p "$work"
@@ -30,7 +30,9 @@ roundtrip() {  # <tokenizer> <ids> <original> [encode flags]: decode(encode(x)) 
   else echo "FAIL: $1: decode(encode($3)) differs: $(cmp "$3" "$2.txt" 2>&1 | head -1)"; fail=1; fi
 }
 
-for t in llama3 gpt2 mistral mistral-metaspace; do
+# llama3-pcre: Llama 3's split pattern through PCRE2 instead of the hand-written scanner.
+# qwen2-style: Llama 3's vocabulary through Qwen2's pipeline (NFC, single-digit split).
+for t in llama3 llama3-pcre qwen2-style gpt2 mistral mistral-metaspace; do
   tj="$toks/$t/tokenizer.json"
   "$bin" data prepare --tokenizer "$tj" --source "$work/docs.jsonl" --out "$work/$t" --val-fraction 0 \
     --threads 2 --progress-every 0 >/dev/null
