@@ -1,7 +1,15 @@
 // inspect_checkpoint, consolidate_checkpoint, export_safetensors: one-process file tools.
 #include "shardtrain/ckpt/tools.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -12,6 +20,7 @@
 #include "plan.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/format.h"
+#include "shardtrain/util/file_io.h"
 
 namespace shardtrain::ckpt {
 namespace {
@@ -196,6 +205,151 @@ void export_safetensors(const std::string& path, const std::string& out_path,
   out.close();
   if (!out) throw UserError("cannot write " + tmp);
   if (std::rename(tmp.c_str(), out_path.c_str()) != 0) throw UserError("cannot rename " + tmp + " to " + out_path);
+}
+
+}  // namespace shardtrain::ckpt
+
+namespace shardtrain::ckpt {
+namespace {
+
+// The model's parameters in `expected`'s order, each checked (shape, dtype) against the file,
+// and no /model dataset that is not one of them.
+std::vector<Entry> expected_datasets(hid_t file, const std::string& path, const std::vector<ExpectedTensor>& expected) {
+  std::vector<Entry> params;
+  std::set<std::string> want;
+  for (const ExpectedTensor& t : expected) {
+    want.insert(t.name);
+    params.push_back({model_path(t.name), check_dataset(file, path, model_path(t.name), Elem::F32, &t.shape)});
+  }
+  for (const auto& n : list_links(file, kModelGroup))
+    if (!want.count(n))
+      throw UserError(path + ": dataset /" + model_path(n) + " is not a parameter of the model its model_spec describes");
+  std::vector<DatasetCheck> checks;
+  for (const Entry& e : params) checks.push_back(e.check);
+  check_total_size(file, path, checks);
+  return params;
+}
+
+int out_dtype_bytes(const std::string& dtype) { return dtype == "F32" ? 4 : 2; }
+
+// A new file in a directory this process created: exclusive, never through a link.
+struct OutFile {
+  int fd = -1;
+  std::string path;
+  explicit OutFile(std::string p) : path(std::move(p)) {
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) throw UserError("cannot create " + path + ": " + io::errno_text(errno));
+  }
+  void write(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throw UserError("cannot write " + path + ": " + io::errno_text(errno));
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  void finish() {
+    if (::fsync(fd) != 0) throw UserError("cannot write " + path + ": " + io::errno_text(errno));
+    const int rc = ::close(fd);
+    fd = -1;
+    if (rc != 0) throw UserError("cannot write " + path + ": " + io::errno_text(errno));
+  }
+  ~OutFile() { if (fd >= 0) ::close(fd); }
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
+};
+
+std::string shard_name(size_t i, size_t n) {
+  char b[64];
+  std::snprintf(b, sizeof b, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return b;
+}
+
+}  // namespace
+
+void write_new_file(const std::string& path, const std::string& text) {
+  OutFile f(path);
+  f.write(text.data(), text.size());
+  f.finish();
+}
+
+std::vector<std::string> write_safetensors_shards(const std::string& path, const std::string& dir,
+                                                  const std::vector<ExpectedTensor>& expected, const std::string& dtype,
+                                                  int64_t max_shard_bytes) {
+  ST_USER_CHECK(dtype == "F32" || dtype == "BF16" || dtype == "F16", "safetensors dtype ", dtype,
+                " is not one of F32, BF16, F16");
+  ST_USER_CHECK(max_shard_bytes > 0, "the shard size must be positive");
+  H5Id file = open_checkpoint(path, MPI_COMM_NULL);
+  std::vector<Entry> params;
+  file_errors_are_user_errors(path, [&] { params = expected_datasets(file, path, expected); });
+  // Shards in the model's order, each up to max_shard_bytes of tensor data (a larger tensor
+  // alone), as transformers' save_pretrained splits them.
+  const int eb = out_dtype_bytes(dtype);
+  std::vector<std::vector<size_t>> shards;
+  int64_t filled = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t n = params[i].check.numel * eb;
+    if (shards.empty() || (filled > 0 && filled + n > max_shard_bytes)) {
+      shards.emplace_back();
+      filled = 0;
+    }
+    shards.back().push_back(i);
+    filled += n;
+  }
+  if (shards.empty()) shards.emplace_back();
+  const at::ScalarType st = dtype == "F32" ? at::kFloat : dtype == "BF16" ? at::kBFloat16 : at::kHalf;
+  std::vector<std::string> names;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  int64_t total = 0;
+  for (size_t si = 0; si < shards.size(); ++si) {
+    const std::string name = shards.size() == 1 ? "model.safetensors" : shard_name(si, shards.size());
+    names.push_back(name);
+    nlohmann::ordered_json header;
+    header["__metadata__"] = {{"format", "pt"}};
+    int64_t offset = 0;
+    for (size_t i : shards[si]) {
+      const Entry& e = params[i];
+      const std::string tname = e.path.substr(std::string(kModelGroup).size() + 1);
+      const int64_t n = e.check.numel * eb;
+      header[tname] = {{"dtype", dtype}, {"shape", e.check.shape}, {"data_offsets", {offset, offset + n}}};
+      weight_map[tname] = name;
+      offset += n;
+      total += n;
+    }
+    std::string h = header.dump();
+    h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned, as safetensors writes it
+    OutFile out((std::filesystem::path(dir) / name).string());
+    unsigned char le[8];
+    const uint64_t hlen = h.size();
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(hlen >> (8 * i));
+    out.write(le, 8);
+    out.write(h.data(), h.size());
+    file_errors_are_user_errors(path, [&] {
+      for (size_t i : shards[si]) {
+        std::vector<unsigned char> data = read_whole(file, path, params[i]);
+        if (dtype == "F32") {
+          out.write(data.data(), data.size());
+          continue;
+        }
+        // Round to nearest even, as torch's .to(bfloat16 / float16): a value that came from a
+        // BF16 / F16 file comes back as the same bits.
+        const at::Tensor f32 = at::from_blob(data.data(), {params[i].check.numel}, at::TensorOptions().dtype(at::kFloat));
+        const at::Tensor narrow = f32.to(st).contiguous();
+        out.write(narrow.data_ptr(), static_cast<size_t>(narrow.numel() * eb));
+      }
+    });
+    out.finish();
+  }
+  if (shards.size() > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = weight_map;
+    write_new_file((std::filesystem::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+    names.push_back("model.safetensors.index.json");
+  }
+  return names;
 }
 
 }  // namespace shardtrain::ckpt

@@ -5,8 +5,10 @@
 #include "command.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/tools.h"
+#include "shardtrain/model/hf_config.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/import.h"
+#include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::cli {
@@ -14,6 +16,7 @@ namespace {
 
 struct CkptArgs {
   std::string file, out, format = "safetensors";
+  std::string dtype = "auto", max_shard_size = "5GB", tokenizer_from;
   DeckArgs deck;
 };
 
@@ -53,23 +56,60 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
     selected = [a](runtime::Runtime& rt) { return on_rank0(rt, [&] { ckpt::consolidate_checkpoint(a->file, a->out); }); };
   });
 
-  auto* exp = ck->add_subcommand("export", "Write the model parameters in another format");
+  auto* exp = ck->add_subcommand("export", "Write the model parameters in another format (a safetensors file, or a Hugging Face directory)");
   exp->add_option("FILE", a->file, "checkpoint (.h5)")->required();
-  exp->add_option("OUT", a->out, "output file")->required();
-  exp->add_option("--format", a->format, "output format")->check(CLI::IsMember({"safetensors"}));
+  exp->add_option("OUT", a->out, "output file (safetensors) or directory (hf: absent or empty)")->required();
+  exp->add_option("--format", a->format,
+                  "safetensors (one F32 file) or hf (config.json, model.safetensors or shards + index, "
+                  "generation_config.json, the source's tokenizer files)")
+      ->check(CLI::IsMember({"safetensors", "hf"}));
+  exp->add_option("--dtype", a->dtype, "hf: tensor dtype; auto = bf16 for a bf16 run, else the source's torch_dtype, else fp32")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
+  exp->add_option("--max-shard-size", a->max_shard_size, "hf: largest safetensors file (tensor bytes), e.g. 5GB, 500MB, 2GiB");
+  exp->add_option("--tokenizer-from", a->tokenizer_from,
+                  "hf: directory whose tokenizer files are copied (default: the model's model.from_hf / init_from directory)");
   exp->callback([&selected, a] {
-    selected = [a](runtime::Runtime& rt) { return on_rank0(rt, [&] { train::export_checkpoint(a->file, a->out); }); };
+    selected = [a](runtime::Runtime& rt) {
+      return on_rank0(rt, [&] {
+        if (a->format == "hf") {
+          train::HfExportOptions o;
+          o.dtype = a->dtype;
+          o.max_shard_bytes = train::parse_byte_size(a->max_shard_size, "--max-shard-size");
+          o.tokenizer_from = a->tokenizer_from;
+          train::export_hf_directory(a->file, a->out, o);
+        } else {
+          train::export_checkpoint(a->file, a->out);
+        }
+      });
+    };
   });
 
   auto* imp = ck->add_subcommand(
       "import", "Shard a safetensors model into a step-0 checkpoint for a deck (run under mpirun: each rank reads only its slices)");
-  imp->add_option("FILE", a->file, "input .safetensors (F32; Hugging Face names for GPT-2)")->required();
+  imp->add_option("FILE", a->file,
+                  "input: a .safetensors file, an index .json, or a model directory (a Hugging Face directory's "
+                  "config.json gives the model)")
+      ->required();
   imp->add_option("OUT", a->out, "output checkpoint (.h5)")->required();
-  imp->add_option("--deck", a->deck.path, "the deck of the run that will train it (model, strategy)")->required();
+  imp->add_option("--deck", a->deck.path,
+                  "the deck of the run that will train it (model, strategy); optional when FILE is a directory with a "
+                  "config.json");
   imp->add_option("--set", a->deck.overrides, "Override a deck key (repeatable)")->type_name("KEY=VALUE")->allow_extra_args(false);
   imp->callback([&selected, a] {
     selected = [a](runtime::Runtime& rt) {
       deck::Deck d = load_deck_agreed(a->deck, rt.world());
+      // A Hugging Face directory brings its model unless the deck names one itself.
+      bool hf = false;
+      runtime::run_agreed(rt.world(), [&] {
+        hf = train::hf_model_source(d).empty() && model::has_hf_config(a->file);
+        ST_USER_CHECK(hf || !a->deck.path.empty() || !train::hf_model_source(d).empty(), "ckpt import: ", a->file,
+                      " has no config.json: give the model with --deck DECK (or --set model.from_hf=DIR)");
+      });
+      if (hf) {
+        DeckArgs with = a->deck;
+        with.overrides.push_back("model.from_hf=" + a->file);
+        d = load_deck_agreed(with, rt.world());
+      }
       train::import_safetensors(rt, d, a->file, a->out);
       return kExitOk;
     };

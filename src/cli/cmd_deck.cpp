@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "shardtrain/deck/deck.h"
+#include "shardtrain/model/hf_config.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
@@ -24,6 +25,24 @@ void print_resolved(const DeckArgs& args, const deck::Deck& d) {
   std::cout << "# deck: " << args.path << "\n";
   for (const auto& o : args.overrides) std::cout << "# --set " << o << "\n";
   std::cout << d.resolved_toml();
+}
+
+// The model the deck resolves to, every field, as TOML comments: with model.from_hf (or an
+// init_from directory) most of it comes from a config.json, not from the keys shown above.
+void print_model(const deck::Deck& d, const model::ModelSpec& spec) {
+  const std::string hf = train::hf_model_source(d);
+  std::cout << "\n# resolved model" << (hf.empty() ? std::string() : " (from " + model::hf_config_path(hf) + ")")
+            << ": " << model::parameter_count(spec) << " parameters\n# arch = \"" << spec.arch << "\"\n";
+  const bool images = model::input_kind(spec) == model::InputKind::Images;
+  for (const model::SpecField& f : model::spec_fields()) {
+    if ((f.images_only && !images) || (f.llama_only && spec.arch != "llama")) continue;
+    std::cout << "# " << f.name << " = ";
+    if (f.int_field) std::cout << spec.*f.int_field;
+    if (f.float_field) std::cout << nlohmann::json(spec.*f.float_field).dump();
+    if (f.bool_field) std::cout << (spec.*f.bool_field ? "true" : "false");
+    if (f.string_field) std::cout << nlohmann::json(spec.*f.string_field).dump();
+    std::cout << "\n";
+  }
 }
 
 // The schema as JSON, for scripts that must agree with this binary (jobscripts/scaling-study
@@ -64,9 +83,11 @@ int run_reference(runtime::Runtime& rt, const std::string& out, bool json) {
 int run_check(runtime::Runtime& rt, const DeckArgs& args) {
   deck::Deck d = load_deck_agreed(args, rt.world());
   // The model's own shape rules too (e.g. a ViT's patch_size must tile image_size).
-  runtime::run_agreed(rt.world(), [&] { train::model_spec_from_deck(d); });
+  model::ModelSpec spec;
+  runtime::run_agreed(rt.world(), [&] { spec = train::model_spec_from_deck(d); });
   if (rt.rank() == 0) {
     print_resolved(args, d);
+    print_model(d, spec);
     size_t set = 0;
     for (const auto& k : deck::schema()) set += d.is_set(k.key) ? 1 : 0;
     char hash[32];
@@ -79,8 +100,11 @@ int run_check(runtime::Runtime& rt, const DeckArgs& args) {
 
 int run_show(runtime::Runtime& rt, const DeckArgs& args) {
   deck::Deck d = load_deck_agreed(args, rt.world());
+  model::ModelSpec spec;
+  runtime::run_agreed(rt.world(), [&] { spec = train::model_spec_from_deck(d); });
   if (rt.rank() == 0) {
     print_resolved(args, d);
+    print_model(d, spec);
     std::cout << std::flush;
   }
   return kExitOk;

@@ -25,8 +25,10 @@ void Deck::check_relations() const {
   if (kv > 0 && heads % kv != 0)
     fail({"model.n_kv_heads", "model.n_heads"},
          shown("model.n_kv_heads") + " must divide " + shown("model.n_heads"));
-  // A preset supplies d_model and n_heads together, so only a hand-made shape is checked here.
-  if (preset.empty() && get_int("model.d_model") % heads != 0)
+  // A preset supplies d_model and n_heads together, so only a hand-made shape is checked here
+  // (with an explicit head_dim, or a model from a config.json, the model layer checks it).
+  if (preset.empty() && get_int("model.head_dim") == 0 && get_string("model.from_hf").empty() &&
+      get_int("model.d_model") % heads != 0)
     fail({"model.n_heads", "model.d_model"}, shown("model.n_heads") + " must divide " + shown("model.d_model"));
   // Shape rules of one architecture (a ViT's patches tiling its image) are the model layer's
   // (model::resolve_spec), which `deck check` and every command that builds a model ask.

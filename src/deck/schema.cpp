@@ -103,6 +103,41 @@ std::vector<KeySpec> build_schema() {
     Int("model.channels", 1, "input image channels (vit)").at_least(1).at_most(65536),
     Int("model.num_classes", 10, "output classes (vit)").at_least(1).at_most(1 << 20),
     Float("model.dropout", 0.0, "dropout probability").at_least(0).below(1),
+    Str("model.from_hf", "",
+        "Hugging Face model directory (or its config.json) whose config fills the model: LlamaForCausalLM, "
+        "MistralForCausalLM or Qwen2ForCausalLM (arch llama); a model key this deck sets must agree with it, "
+        "except seq_len (the training context, at most max_position_embeddings) and dropout; checkpoint.init_from "
+        "= a directory with a config.json does the same; \"\" = none"),
+    Int("model.head_dim", 0, "width of one attention head (llama); 0 = d_model / n_heads").at_least(0).at_most(1 << 16),
+    Bool("model.attention_bias", false, "biases on the q, k, v and o projections (llama; Hugging Face attention_bias)"),
+    Bool("model.qkv_bias", false, "biases on the q, k and v projections only (llama; Qwen2)"),
+    Bool("model.mlp_bias", false, "biases on the gate, up and down projections (llama; Hugging Face mlp_bias)"),
+    Str("model.rope_scaling", "default",
+        "rotary frequency scaling (llama), as transformers' rope_type: default; linear (frequencies / rope_factor); "
+        "llama3 (Llama 3.1: rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_positions)")
+        .one_of({"default", "linear", "llama3"}),
+    Float("model.rope_factor", 1.0, "rope_scaling linear / llama3: the scaling factor").above(0).at_most(1e6),
+    Float("model.rope_low_freq_factor", 1.0, "rope_scaling llama3: low_freq_factor").above(0).at_most(1e6),
+    Float("model.rope_high_freq_factor", 4.0, "rope_scaling llama3: high_freq_factor").above(0).at_most(1e6),
+    Int("model.rope_original_max_positions", 8192, "rope_scaling llama3: original_max_position_embeddings")
+        .at_least(1).at_most(1 << 30).unit("tokens"),
+    Int("model.max_positions", 0,
+        "longest sequence the model is made for (llama; Hugging Face max_position_embeddings); seq_len may not "
+        "exceed it; 0 = seq_len")
+        .at_least(0).at_most(1 << 30).unit("tokens"),
+    Int("model.sliding_window", 0,
+        "attention window of Mistral / Qwen2 (llama); windowed attention is not implemented, so seq_len may not "
+        "exceed it; 0 = none")
+        .at_least(0).at_most(1 << 30).unit("tokens"),
+    Str("model.hf_architecture", "",
+        "Hugging Face class of the model (llama), written to an exported config.json; \"\" = from the options "
+        "(Qwen2 with qkv_bias, Mistral with sliding_window, else Llama)")
+        .one_of({"", "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}),
+    Str("model.bos_token_id", "", "beginning-of-sequence token id(s) as in config.json (\"1\", \"[1, 2]\"; llama); \"\" = none"),
+    Str("model.eos_token_id", "", "end-of-sequence token id(s) as in config.json (\"2\", \"[128001, 128009]\"; llama); \"\" = none"),
+    Str("model.torch_dtype", "", "dtype the source weights were saved in (config.json torch_dtype; the default of "
+        "ckpt export --format hf); \"\" = not given")
+        .one_of({"", "float32", "bfloat16", "float16"}),
 
     // [fsdp]
     Str("fsdp.param_dtype", "fp32", "dtype of unsharded parameters in forward and backward").one_of(kDtypes),

@@ -5,14 +5,40 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::model {
 
-RotaryTables rotary_tables(int64_t seq_len, int64_t head_dim, double theta, c10::Device device) {
-  const auto opts = at::TensorOptions().device(device).dtype(at::kFloat);
-  at::Tensor inv_freq = at::pow(theta, at::arange(0, head_dim, 2, opts) / static_cast<double>(head_dim)).reciprocal();
+at::Tensor rope_inv_freq(const ModelSpec& s, c10::Device device) {
+  // transformers' _compute_default_rope_parameters / _compute_linear_scaling_rope_parameters /
+  // _compute_llama3_parameters (modeling_rope_utils.py), op for op in fp32, so the tables are
+  // the same bits as theirs.
+  // Computed on the CPU (a few numbers) and moved: the same bits on every device, meta included.
+  const auto opts = at::TensorOptions().dtype(at::kFloat);
+  const int64_t hd = s.head_dim;
+  at::Tensor inv_freq =
+      at::pow(s.rope_theta, at::arange(0, hd, 2, opts.dtype(at::kLong)).to(at::kFloat) / static_cast<double>(hd))
+          .reciprocal();
+  if (s.rope_scaling == "linear") return (inv_freq / s.rope_factor).to(device);
+  if (s.rope_scaling != "llama3") return inv_freq.to(device);
+  const double factor = s.rope_factor, low = s.rope_low_freq_factor, high = s.rope_high_freq_factor;
+  const double old_len = static_cast<double>(s.rope_original_max_positions);
+  const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+  // Python's `scalar / tensor` is reciprocal(tensor) * scalar.
+  const at::Tensor wavelen = inv_freq.reciprocal() * (2 * M_PI);
+  // Wavelengths above low_freq_wavelen: divided by factor; below high_freq_wavelen: kept;
+  // in between: interpolated with a smooth factor.
+  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
+  const at::Tensor smooth = (wavelen.reciprocal() * old_len - low) / (high - low);
+  const at::Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+  const at::Tensor medium = at::logical_not(wavelen < high_freq_wavelen) * at::logical_not(wavelen > low_freq_wavelen);
+  return at::where(medium, smoothed, scaled).to(device);
+}
+
+RotaryTables rotary_tables(int64_t seq_len, const at::Tensor& inv_freq) {
+  const auto opts = inv_freq.options();
   at::Tensor freqs = at::arange(seq_len, opts).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, hd/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1);
   return {emb.cos(), emb.sin()};
@@ -27,11 +53,13 @@ at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope) {
 
 LlamaAttention::LlamaAttention(const ModelSpec& spec, c10::Device device)
     : n_heads_(spec.n_heads), n_kv_heads_(spec.n_kv_heads), dropout_(spec.dropout) {
-  const int64_t d = spec.d_model, hd = spec.d_model / spec.n_heads;
-  q_proj_ = register_module("q_proj", std::make_shared<Linear>(d, n_heads_ * hd, false, device));
-  k_proj_ = register_module("k_proj", std::make_shared<Linear>(d, n_kv_heads_ * hd, false, device));
-  v_proj_ = register_module("v_proj", std::make_shared<Linear>(d, n_kv_heads_ * hd, false, device));
-  o_proj_ = register_module("o_proj", std::make_shared<Linear>(n_heads_ * hd, d, false, device));
+  const int64_t d = spec.d_model, hd = spec.head_dim;
+  // Llama's attention_bias: q, k, v and o; Qwen2: q, k and v only.
+  const bool qkv_bias = spec.attention_bias || spec.qkv_bias;
+  q_proj_ = register_module("q_proj", std::make_shared<Linear>(d, n_heads_ * hd, qkv_bias, device));
+  k_proj_ = register_module("k_proj", std::make_shared<Linear>(d, n_kv_heads_ * hd, qkv_bias, device));
+  v_proj_ = register_module("v_proj", std::make_shared<Linear>(d, n_kv_heads_ * hd, qkv_bias, device));
+  o_proj_ = register_module("o_proj", std::make_shared<Linear>(n_heads_ * hd, d, spec.attention_bias, device));
 }
 
 namespace {
@@ -54,9 +82,10 @@ at::Tensor LlamaAttention::forward(const at::Tensor& x, const RotaryTables& rope
 }
 
 LlamaMLP::LlamaMLP(const ModelSpec& spec, c10::Device device) {
-  gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(spec.d_model, spec.d_ff, false, device));
-  up_proj_ = register_module("up_proj", std::make_shared<Linear>(spec.d_model, spec.d_ff, false, device));
-  down_proj_ = register_module("down_proj", std::make_shared<Linear>(spec.d_ff, spec.d_model, false, device));
+  const bool bias = spec.mlp_bias;
+  gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(spec.d_model, spec.d_ff, bias, device));
+  up_proj_ = register_module("up_proj", std::make_shared<Linear>(spec.d_model, spec.d_ff, bias, device));
+  down_proj_ = register_module("down_proj", std::make_shared<Linear>(spec.d_ff, spec.d_model, bias, device));
 }
 
 at::Tensor LlamaMLP::forward(const at::Tensor& x) {
@@ -104,8 +133,7 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
     const int64_t t = input.size(1);
     ST_USER_CHECK(t <= spec_.seq_len, "llama: sequence of ", t, " tokens exceeds seq_len ", spec_.seq_len);
     // Recomputed per call on the input's device: O(T*hd), never a (meta) buffer.
-    const RotaryTables rope =
-        rotary_tables(t, spec_.d_model / spec_.n_heads, spec_.rope_theta, input.device());
+    const RotaryTables rope = rotary_tables(t, rope_inv_freq(spec_, input.device()));
     at::Tensor x = maybe_dropout(model_->embed_tokens->forward(input), spec_.dropout, is_training());
     for (const auto& block : model_->blocks) x = block->forward(x, rope);
     x = model_->norm->forward(x);
@@ -117,15 +145,18 @@ ParamInit Llama::init_for(const std::string& name) const {
   using K = ParamInit::Kind;
   // HF LlamaPreTrainedModel: normal(0, initializer_range=0.02) for every matrix, ones for norms.
   if (name.find("norm.weight") != std::string::npos) return {K::Ones, 0.0};
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) return {K::Zeros, 0.0};
   ST_CHECK(name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0,
            "llama has no parameter named ", name);
   return {K::Normal, 0.02};
 }
 
 int64_t Llama::parameter_count(const ModelSpec& s) {
-  const int64_t d = s.d_model, hd = s.d_model / s.n_heads, f = s.d_ff;
-  const int64_t attn = d * s.n_heads * hd * 2 + d * s.n_kv_heads * hd * 2;
-  const int64_t per_block = attn + 3 * d * f + 2 * d;
+  const int64_t d = s.d_model, hd = s.head_dim, f = s.d_ff;
+  const int64_t attn = d * s.n_heads * hd * 2 + d * s.n_kv_heads * hd * 2 +
+                       (s.attention_bias || s.qkv_bias ? (s.n_heads + 2 * s.n_kv_heads) * hd : 0) +
+                       (s.attention_bias ? d : 0);
+  const int64_t per_block = attn + 3 * d * f + (s.mlp_bias ? 2 * f + d : 0) + 2 * d;
   return s.vocab_size * d * (s.tie_embeddings ? 1 : 2) + s.n_layers * per_block + d;
 }
 
@@ -133,15 +164,20 @@ double Llama::train_flops_per_token(int64_t seq_len) const {
   // N excludes the embedding lookup; the LM head matrix (tied or not) is counted once.
   const int64_t embedding = spec_.tie_embeddings ? 0 : spec_.vocab_size * spec_.d_model;
   const double n = static_cast<double>(parameter_count(spec_) - embedding);
-  return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * seq_len);
+  // Attention scores and the weighted sum: 2 x 2 x T x (heads x head_dim) per token and layer, x3 for training.
+  return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.n_heads * spec_.head_dim * seq_len);
 }
 
 // Saved per block: 2 RMSNorms, attention with rotary copies, SwiGLU; the root adds the embedding
 // output (kept by the first norm in fp32), the fp32 rotary tables and the LM head.
 ActivationBytes Llama::activation_bytes(const CostQuery& q) const {
   const ModelSpec& s = spec_;
-  const ActivationShape x = activation_shape(q, s.d_model, s.d_ff, s.n_heads, s.seq_len, /*causal=*/true,
-                                             "model.layers.0.input_layernorm.weight");
+  ActivationShape x = activation_shape(q, s.d_model, s.d_ff, s.n_heads, s.seq_len, /*causal=*/true,
+                                       "model.layers.0.input_layernorm.weight");
+  x.hd = s.head_dim;
+  // The attention tensors are heads x head_dim wide, which an explicit head_dim makes differ from d.
+  ActivationShape xa = x;
+  xa.d = s.n_heads * s.head_dim;
   const int64_t b = x.b, d = x.d, f = x.f, nd = x.nd(), nf = x.nf();
   ActivationBytes a;
   a.blocks = s.n_layers;
@@ -154,7 +190,7 @@ ActivationBytes Llama::activation_bytes(const CostQuery& q) const {
   // Attention: q and k after rotation and the repeat_kv/transposes are copied for bmm (H heads
   // each), v (H heads) and the merged heads; under mixed precision each use of the fp32 rotary
   // tables makes a b-byte copy that mul saves (cos and sin, for q and k).
-  const int64_t attn_saved = attention_saved(x) + (x.mixed ? 4 * b * x.T * x.hd : 0);
+  const int64_t attn_saved = attention_saved(xa) + (x.mixed ? 4 * b * x.T * x.hd : 0);
   // SwiGLU: gate, silu(gate), up, silu*up.
   const int64_t mlp_saved = 4 * b * nf;
   const int64_t h_saved = input_kept ? b * nd : 0;  // the residual h, saved by the second norm

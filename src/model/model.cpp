@@ -65,21 +65,48 @@ ModelSpec resolve_spec(const ModelSpec& spec) {
   arch_of(s.arch);  // UserError for an unknown arch
   ST_USER_CHECK(s.d_model > 0 && s.n_layers > 0 && s.n_heads > 0, s.arch,
                 ": d_model, n_layers and n_heads must be positive");
-  ST_USER_CHECK(s.d_model % s.n_heads == 0, s.arch, ": d_model ", s.d_model,
-                " is not divisible by n_heads ", s.n_heads);
+  ST_USER_CHECK(s.head_dim >= 0, s.arch, ": head_dim must be >= 0 (0 = d_model / n_heads)");
+  if (s.head_dim == 0 || s.arch != "llama") {
+    ST_USER_CHECK(s.d_model % s.n_heads == 0, s.arch, ": d_model ", s.d_model,
+                  " is not divisible by n_heads ", s.n_heads);
+    ST_USER_CHECK(s.head_dim == 0 || s.head_dim == s.d_model / s.n_heads, s.arch,
+                  " has no head_dim of its own (head_dim must be 0 or d_model / n_heads)");
+    s.head_dim = s.d_model / s.n_heads;
+  }
   ST_USER_CHECK(s.dropout >= 0.0 && s.dropout < 1.0, s.arch, ": dropout must be in [0, 1)");
+  if (s.rope_scaling.empty()) s.rope_scaling = "default";
   if (s.arch == "llama") {
     if (s.n_kv_heads == 0) s.n_kv_heads = s.n_heads;
     ST_USER_CHECK(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "llama: n_kv_heads ",
                   s.n_kv_heads, " must divide n_heads ", s.n_heads);
-    ST_USER_CHECK((s.d_model / s.n_heads) % 2 == 0, "llama: rotary embeddings need an even head_dim");
+    ST_USER_CHECK(s.head_dim % 2 == 0, "llama: rotary embeddings need an even head_dim, got ", s.head_dim);
     // SwiGLU keeps the parameter count of a 4d MLP: 2/3 of 4d, rounded up to 64.
     if (s.d_ff == 0) s.d_ff = ((8 * s.d_model + 2) / 3 + 63) / 64 * 64;
+    ST_USER_CHECK(s.rope_scaling == "default" || s.rope_scaling == "linear" || s.rope_scaling == "llama3",
+                  "llama: rope_scaling '", s.rope_scaling, "' is not supported (default, linear or llama3)");
+    if (s.rope_scaling != "default")
+      ST_USER_CHECK(s.rope_factor > 0, "llama: rope_factor must be positive, got ", s.rope_factor);
+    if (s.rope_scaling == "llama3")
+      ST_USER_CHECK(s.rope_high_freq_factor > s.rope_low_freq_factor && s.rope_low_freq_factor > 0 &&
+                        s.rope_original_max_positions > 0,
+                    "llama: rope_scaling llama3 needs 0 < rope_low_freq_factor < rope_high_freq_factor and "
+                    "rope_original_max_positions > 0");
+    ST_USER_CHECK(s.sliding_window >= 0, "llama: sliding_window must be >= 0 (0 = none)");
+    // The window is not implemented: with seq_len within it, windowed attention is full attention.
+    ST_USER_CHECK(s.sliding_window == 0 || s.seq_len <= s.sliding_window, "llama: seq_len ", s.seq_len,
+                  " exceeds the model's sliding_window ", s.sliding_window,
+                  " (windowed attention is not implemented; use a seq_len within the window)");
+    if (s.max_positions == 0) s.max_positions = s.seq_len;
+    ST_USER_CHECK(s.seq_len <= s.max_positions, "llama: seq_len ", s.seq_len,
+                  " exceeds the model's max_positions (max_position_embeddings) ", s.max_positions);
   } else {
     ST_USER_CHECK(s.n_kv_heads == 0 || s.n_kv_heads == s.n_heads, s.arch,
                   " has no grouped-query attention (n_kv_heads must be 0 or n_heads)");
     s.n_kv_heads = s.n_heads;
     if (s.d_ff == 0) s.d_ff = 4 * s.d_model;
+    ST_USER_CHECK(!s.attention_bias && !s.qkv_bias && !s.mlp_bias && s.rope_scaling == "default" &&
+                      s.sliding_window == 0,
+                  s.arch, " has no attention_bias, qkv_bias, mlp_bias, rope_scaling or sliding_window option");
   }
   if (s.arch == "vit") {
     ST_USER_CHECK(s.patch_size > 0 && s.image_size % s.patch_size == 0, "vit: patch_size ",
@@ -169,6 +196,21 @@ const std::vector<SpecField>& spec_fields() {
       {"patch_size", &ModelSpec::patch_size, nullptr, nullptr, true},
       {"channels", &ModelSpec::channels, nullptr, nullptr, true},
       {"num_classes", &ModelSpec::num_classes, nullptr, nullptr, true},
+      {"head_dim", &ModelSpec::head_dim, nullptr, nullptr, false, true},
+      {"attention_bias", nullptr, nullptr, &ModelSpec::attention_bias, false, true},
+      {"qkv_bias", nullptr, nullptr, &ModelSpec::qkv_bias, false, true},
+      {"mlp_bias", nullptr, nullptr, &ModelSpec::mlp_bias, false, true},
+      {"rope_scaling", nullptr, nullptr, nullptr, false, true, &ModelSpec::rope_scaling},
+      {"rope_factor", nullptr, &ModelSpec::rope_factor, nullptr, false, true},
+      {"rope_low_freq_factor", nullptr, &ModelSpec::rope_low_freq_factor, nullptr, false, true},
+      {"rope_high_freq_factor", nullptr, &ModelSpec::rope_high_freq_factor, nullptr, false, true},
+      {"rope_original_max_positions", &ModelSpec::rope_original_max_positions, nullptr, nullptr, false, true},
+      {"max_positions", &ModelSpec::max_positions, nullptr, nullptr, false, true},
+      {"sliding_window", &ModelSpec::sliding_window, nullptr, nullptr, false, true},
+      {"hf_architecture", nullptr, nullptr, nullptr, false, true, &ModelSpec::hf_architecture},
+      {"bos_token_id", nullptr, nullptr, nullptr, false, true, &ModelSpec::bos_token_id},
+      {"eos_token_id", nullptr, nullptr, nullptr, false, true, &ModelSpec::eos_token_id},
+      {"torch_dtype", nullptr, nullptr, nullptr, false, true, &ModelSpec::torch_dtype},
   };
   return f;
 }

@@ -70,11 +70,8 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
   }
 }
 
-void export_checkpoint(const std::string& path, const std::string& out) {
-  ckpt::refuse_overwriting_inputs(out, {path}, "ckpt export");
-  const ckpt::CheckpointMeta meta = ckpt::read_checkpoint_meta(path);
-  // The parameters the checkpoint's model has, with their shapes (the model on meta: no memory).
-  const model::ModelSpec spec = model_spec_from_json(meta.model_spec_json, "checkpoint " + path);
+std::vector<ckpt::ExpectedTensor> expected_tensors(const model::ModelSpec& spec) {
+  // The parameters the model has, with their shapes (the model on meta: no memory).
   std::shared_ptr<model::Model> net = model::build_model(spec, at::kMeta);
   std::vector<ckpt::ExpectedTensor> expected;
   std::set<const void*> seen;  // a tied weight registered twice is one tensor
@@ -82,6 +79,14 @@ void export_checkpoint(const std::string& path, const std::string& out) {
     if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;
     expected.push_back({p.key(), p.value().sizes().vec()});
   }
+  return expected;
+}
+
+void export_checkpoint(const std::string& path, const std::string& out) {
+  ckpt::refuse_overwriting_inputs(out, {path}, "ckpt export");
+  const ckpt::CheckpointMeta meta = ckpt::read_checkpoint_meta(path);
+  const model::ModelSpec spec = model_spec_from_json(meta.model_spec_json, "checkpoint " + path);
+  const std::vector<ckpt::ExpectedTensor> expected = expected_tensors(spec);
   ckpt::export_safetensors(path, out, &expected);
 }
 

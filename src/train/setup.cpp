@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "shardtrain/model/hf_config.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
@@ -62,7 +64,59 @@ void register_model_choices() {
   deck::set_choices("model.preset", presets);
 }
 
+std::string hf_model_source(const deck::Deck& d) {
+  const std::string& from_hf = d.get_string("model.from_hf");
+  if (!from_hf.empty()) return from_hf;
+  // init_from naming a Hugging Face directory brings its config along.
+  const std::string& init_from = d.get_string("checkpoint.init_from");
+  std::error_code ec;
+  if (!init_from.empty() && std::filesystem::is_directory(init_from, ec) && model::has_hf_config(init_from))
+    return init_from;
+  return "";
+}
+
+namespace {
+// The model of a config.json with the deck's seq_len and dropout; any other model key the deck
+// sets must say what the config says.
+model::ModelSpec spec_from_hf(const deck::Deck& d, const std::string& source) {
+  const model::HfConfig c = model::read_hf_config(source);
+  model::ModelSpec s = c.spec;
+  const std::string via = d.is_set("model.from_hf") ? "model.from_hf" : "checkpoint.init_from";
+  ST_USER_CHECK(!d.is_set("model.preset"), d.origin("model.preset"), ": model.preset = \"", d.get_string("model.preset"),
+                "\" contradicts ", via, " = \"", source, "\": the model comes from ", c.path);
+  auto contradiction = [&](const std::string& key, const std::string& deck_value, const std::string& field,
+                           const std::string& config_value) {
+    throw UserError(d.origin(key) + ": " + key + " = " + deck_value + " contradicts " + c.source_of(field) + " = " +
+                    config_value + " in " + c.path + " (" + via + "); remove the key or fix it");
+  };
+  if (d.is_set("model.arch") && d.get_string("model.arch") != s.arch)
+    contradiction("model.arch", "\"" + d.get_string("model.arch") + "\"", "arch", "\"" + s.hf_architecture + "\" (arch llama)");
+  for (const model::SpecField& f : model::spec_fields()) {
+    const std::string key = std::string("model.") + f.name;
+    if (!d.is_set(key) || f.images_only) continue;
+    const std::string name = f.name;
+    if (name == "seq_len") { s.seq_len = d.get_int(key); continue; }
+    if (name == "dropout") { s.dropout = d.get_float(key); continue; }
+    if (f.int_field && d.get_int(key) != s.*f.int_field)
+      contradiction(key, std::to_string(d.get_int(key)), name, std::to_string(s.*f.int_field));
+    if (f.float_field && d.get_float(key) != s.*f.float_field)
+      contradiction(key, log::fmt(d.get_float(key)), name, log::fmt(s.*f.float_field));
+    if (f.bool_field && d.get_bool(key) != s.*f.bool_field)
+      contradiction(key, d.get_bool(key) ? "true" : "false", name, s.*f.bool_field ? "true" : "false");
+    if (f.string_field && d.get_string(key) != s.*f.string_field)
+      contradiction(key, "\"" + d.get_string(key) + "\"", name, "\"" + s.*f.string_field + "\"");
+  }
+  try {
+    return model::resolve_spec(s);
+  } catch (const UserError& e) {
+    throw UserError(c.path + " with the deck's model.seq_len = " + std::to_string(s.seq_len) + ": " + e.what());
+  }
+}
+}  // namespace
+
 model::ModelSpec model_spec_from_deck(const deck::Deck& d) {
+  const std::string hf = hf_model_source(d);
+  if (!hf.empty()) return spec_from_hf(d, hf);
   model::ModelSpec s;
   const std::string preset = d.get_string("model.preset");
   if (!preset.empty()) s = model::preset_spec(preset);
@@ -75,6 +129,7 @@ model::ModelSpec model_spec_from_deck(const deck::Deck& d) {
     if (f.int_field) s.*f.int_field = d.get_int(key);
     if (f.float_field) s.*f.float_field = d.get_float(key);
     if (f.bool_field) s.*f.bool_field = d.get_bool(key);
+    if (f.string_field) s.*f.string_field = d.get_string(key);
   }
   return model::resolve_spec(s);
 }

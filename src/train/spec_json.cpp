@@ -13,10 +13,11 @@ std::string model_spec_json(const model::ModelSpec& s) {
   nlohmann::json j = {{"arch", s.arch}};
   const bool images = model::input_kind(s) == model::InputKind::Images;
   for (const model::SpecField& f : model::spec_fields()) {
-    if (f.images_only && !images) continue;
+    if ((f.images_only && !images) || (f.llama_only && s.arch != "llama")) continue;
     if (f.int_field) j[f.name] = s.*f.int_field;
     if (f.float_field) j[f.name] = s.*f.float_field;
     if (f.bool_field) j[f.name] = s.*f.bool_field;
+    if (f.string_field) j[f.name] = s.*f.string_field;
   }
   return j.dump();
 }
@@ -51,6 +52,11 @@ model::ModelSpec model_spec_from_json(const std::string& text, const std::string
     if (f.bool_field && j.contains(f.name)) {
       if (!j[f.name].is_boolean()) throw UserError(what + ": model_spec " + f.name + " is not a boolean");
       s.*f.bool_field = j[f.name].get<bool>();
+    }
+    if (f.string_field && j.contains(f.name)) {
+      if (!j[f.name].is_string() || j[f.name].get<std::string>().size() > 4096)
+        throw UserError(what + ": model_spec " + f.name + " is not a (short) string");
+      s.*f.string_field = j[f.name].get<std::string>();
     }
   }
   try {

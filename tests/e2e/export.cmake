@@ -16,5 +16,14 @@ if(SHARDTRAIN_EXPORT_PYTHON)
               ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
     set_tests_properties(e2e_eval_generate PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS "e2e;mpi"
       FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:")
+    # Hugging Face directories in and out (Llama 2 / 3.1 / 3.2, Mistral, Qwen2, head_dim):
+    # eval equal to an independent PyTorch implementation, training at 1/2/4 ranks, export
+    # byte-identical to the source, bad config.json = exit 2.
+    add_test(NAME e2e_hf_models
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export/hf_models.sh $<TARGET_FILE:shardtrain>
+              ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
+    set_tests_properties(e2e_hf_models PROPERTIES PROCESSORS 2 TIMEOUT 600 LABELS "e2e;mpi"
+      FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:"
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_ess_singleton_isolated=1")
   endif()
 endif()

@@ -9,11 +9,14 @@
 namespace shardtrain::model {
 
 // cos/sin tables [T, head_dim] in fp32 for positions 0..T-1 (HF layout: the half-size
-// frequency table concatenated with itself), created on `device`.
+// frequency table concatenated with itself), on inv_freq's device.
 struct RotaryTables {
   at::Tensor cos, sin;
 };
-RotaryTables rotary_tables(int64_t seq_len, int64_t head_dim, double theta, c10::Device device);
+// The inverse frequencies [head_dim / 2] (fp32) of a resolved llama spec: rope_theta, head_dim
+// and rope_scaling (default, linear, llama3) as transformers computes them.
+at::Tensor rope_inv_freq(const ModelSpec& resolved, c10::Device device);
+RotaryTables rotary_tables(int64_t seq_len, const at::Tensor& inv_freq);
 // HF apply_rotary_pos_emb for x [B, H, T, hd]: x*cos + rotate_half(x)*sin.
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope);
 
@@ -69,7 +72,7 @@ class Llama : public Model {
   at::Tensor forward(const at::Tensor& input) override;
   ParamInit init_for(const std::string& name) const override;
   std::vector<std::string> block_types() const override { return {LlamaDecoderLayer::kTypeName}; }
-  std::vector<std::string> no_decay_patterns() const override { return {"norm"}; }
+  std::vector<std::string> no_decay_patterns() const override { return {"norm", ".bias"}; }
   std::vector<std::string> norm_param_patterns() const override { return {"norm"}; }
   double train_flops_per_token(int64_t seq_len) const override;
   ActivationBytes activation_bytes(const CostQuery& q) const override;

@@ -32,20 +32,37 @@ struct ModelSpec {
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
   bool tie_embeddings = true;  // gpt2 always ties
+  // llama only (Hugging Face LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM options):
+  int64_t head_dim = 0;          // width of one attention head; 0 = d_model / n_heads
+  bool attention_bias = false;   // biases on q, k, v and o projections (Llama attention_bias)
+  bool qkv_bias = false;         // biases on q, k and v only (Qwen2)
+  bool mlp_bias = false;         // biases on gate, up and down projections (Llama mlp_bias)
+  std::string rope_scaling = "default";  // default | linear | llama3 (transformers' rope_type)
+  double rope_factor = 1.0;                 // linear, llama3: the scaling factor
+  double rope_low_freq_factor = 1.0;        // llama3
+  double rope_high_freq_factor = 4.0;       // llama3
+  int64_t rope_original_max_positions = 8192;  // llama3: original_max_position_embeddings
+  int64_t max_positions = 0;     // max_position_embeddings (seq_len may not exceed it); 0 = seq_len
+  int64_t sliding_window = 0;    // attention window (Mistral, Qwen2); 0 = none; seq_len may not exceed it
+  std::string hf_architecture;   // architectures[0] of config.json ("" = LlamaForCausalLM for llama)
+  std::string bos_token_id, eos_token_id;  // config.json's values as JSON text ("2", "[128001, 128009]"); "" = none
+  std::string torch_dtype;       // config.json's torch_dtype (float32 | bfloat16 | float16); "" = not given
   // vit
   int64_t image_size = 28, patch_size = 7, channels = 1, num_classes = 10;
   double dropout = 0.0;
 };
 
-// Every numeric and boolean ModelSpec field by name: the deck's `model.<name>` key and the
-// checkpoint's model_spec JSON key. The deck reader and the JSON writer/reader enumerate this
-// list, so a new field is added here once (arch, a string, is read on its own).
+// Every ModelSpec field by name: the deck's `model.<name>` key and the checkpoint's model_spec
+// JSON key. The deck reader and the JSON writer/reader enumerate this list, so a new field is
+// added here once (arch is read on its own).
 struct SpecField {
   const char* name;
   int64_t ModelSpec::*int_field = nullptr;
   double ModelSpec::*float_field = nullptr;
   bool ModelSpec::*bool_field = nullptr;
   bool images_only = false;  // meaningful only for image models (written to JSON for those only)
+  bool llama_only = false;   // meaningful only for arch llama (written to JSON for it only)
+  std::string ModelSpec::*string_field = nullptr;
 };
 const std::vector<SpecField>& spec_fields();
 
@@ -92,7 +109,7 @@ class Model : public torch::nn::Module, public fsdp::Hookable {
 // init_parameters(model, /*seed=*/0) so the model is usable as is.
 std::shared_ptr<Model> build_model(const ModelSpec& spec, at::Device device);
 
-// The spec with arch defaults filled in (d_ff, n_kv_heads) after checking that the
+// The spec with arch defaults filled in (d_ff, n_kv_heads, head_dim, max_positions) after checking that the
 // sizes fit together (heads divide d_model, patches tile the image, ...); UserError if not.
 ModelSpec resolve_spec(const ModelSpec& spec);
 

@@ -3,7 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/tools.h"
 #include "shardtrain/deck/deck.h"
+#include "shardtrain/model/model.h"
 #include "shardtrain/runtime/runtime.h"
 
 namespace shardtrain::train {
@@ -22,6 +24,25 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
 // is a UserError naming it (exit 2), and nothing is written. Refuses an output that is the
 // input. One process.
 void export_checkpoint(const std::string& path, const std::string& out);
+
+// `ckpt export --format hf`: a Hugging Face model directory at `out_dir` (absent or an empty
+// directory; anything else, a link included, is refused): config.json (the checkpoint's model,
+// model::hf_config_json), model.safetensors or shards of at most max_shard_bytes with
+// model.safetensors.index.json, generation_config.json, and the tokenizer files of the
+// directory the model came from (tokenizer_from, else the checkpoint deck's model.from_hf or
+// init_from directory). Tensors in `dtype`: auto = bf16 for a bf16 run, else the source's
+// torch_dtype, else fp32. Written into a temporary directory renamed into place: on any error
+// nothing is left. The llama arch only. One process.
+struct HfExportOptions {
+  std::string dtype = "auto";  // auto | fp32 | bf16 | fp16
+  int64_t max_shard_bytes = 5'000'000'000;
+  std::string tokenizer_from;
+};
+void export_hf_directory(const std::string& path, const std::string& out_dir, const HfExportOptions& o);
+// "5GB", "500MB", "2GiB", "123": bytes (decimal and binary units). UserError naming `what`.
+int64_t parse_byte_size(const std::string& text, const std::string& what);
+// The parameters of the model `spec` describes, each once (a tied weight once), in model order.
+std::vector<ckpt::ExpectedTensor> expected_tensors(const model::ModelSpec& spec);
 
 // The files a safetensors source consists of (ckpt::safetensors_files, plus the index or the
 // path itself), for refusing an output that would overwrite one of them.

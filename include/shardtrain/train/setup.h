@@ -22,8 +22,14 @@ struct BatchPlan {
 };
 BatchPlan plan_batches(const deck::Deck& d, int dp_ranks);
 
-// model.* keys over the preset (when model.preset is set, keys the deck sets override it).
+// model.* keys over the preset (when model.preset is set, keys the deck sets override it); or,
+// with a Hugging Face source (hf_model_source), its config.json with the deck's seq_len and
+// dropout: any other model key the deck sets and the config contradicts is a UserError naming
+// both (the deck key's origin, the config key and file).
 model::ModelSpec model_spec_from_deck(const deck::Deck& d);
+// The directory (or config.json) the model comes from: model.from_hf, else checkpoint.init_from
+// when it is a directory holding a config.json; "" = the model keys.
+std::string hf_model_source(const deck::Deck& d);
 // Hands the deck schema the model layer's names: model.arch's allowed values are
 // model::arch_names(), model.preset's "" and model::preset_names(). The program calls it once
 // at start-up, so a new architecture is named only in src/model.
