@@ -52,3 +52,17 @@ else()
             echo \"SKIP: $why\"; exit 77")
   set_tests_properties(gpu_torch_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 endif()
+
+# When a gpu test may skip and when it must fail, checked on the CPU (label e2e, not gpu: on the GPU
+# machine these rules are what `ctest -L gpu` itself is held to).
+if(TARGET shardtrain)
+  if(TARGET test_gpu_adamw)
+    set(_adamw $<TARGET_FILE:test_gpu_adamw>)
+  else()
+    set(_adamw -)
+  endif()
+  add_test(NAME e2e_gpu_skip_rules COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/skip_rules.sh $<TARGET_FILE:shardtrain>
+           ${_adamw} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
+  set_tests_properties(e2e_gpu_skip_rules PROPERTIES LABELS "e2e" TIMEOUT 120 SKIP_RETURN_CODE 77
+                       PASS_REGULAR_EXPRESSION "skip rules: OK")
+endif()

@@ -20,7 +20,7 @@ info_rc=0
 "$MPIEXEC" "${MPIFLAGS[@]}" -np 1 "$ST" info "$DECK" --set run.device=cuda > "$T/info.log" 2>&1 || info_rc=$?
 if [ "$info_rc" != 0 ]; then
   why=$(sed -n 's/^.*error: //p' "$T/info.log" | head -1)
-  if [ "$info_rc" = 2 ] && [[ "$why" == "run.device = cuda, but"* ]] && [ "${SHARDTRAIN_GPU_REQUIRED:-0}" != 1 ] &&
+  if [ "$info_rc" = 2 ] && [[ "$why" == *"run.device = cuda, but"* ]] && [ "${SHARDTRAIN_GPU_REQUIRED:-0}" != 1 ] &&
      [ ! -e /dev/nvidia0 ] && [ ! -e /dev/nvidiactl ]; then
     echo "SKIP: $why"
     exit 77
