@@ -19,6 +19,19 @@ add_library(shardtrain::hdf5 ALIAS shardtrain_hdf5)
 
 # libtorch: Debian's CPU 1.13 by default, any 2.x with -DTorch_DIR=...
 find_package(Torch REQUIRED)
+# The C++ standard follows the libtorch found: its headers refuse C++17 from 2.14 on ("C++20 or
+# later compatible compiler is required to use ATen"; PyTorch's release notes: 2.13 builds as
+# C++17, 2.14 needs C++20). Older ones keep C++17, the standard the code is tested in here.
+# SHARDTRAIN_CXX_STANDARD overrides the choice (e.g. to try C++20 with libtorch 1.13).
+set(SHARDTRAIN_CXX_STANDARD "" CACHE STRING "C++ standard (17 or 20); empty: chosen by the libtorch version")
+if(SHARDTRAIN_CXX_STANDARD)
+  set(CMAKE_CXX_STANDARD ${SHARDTRAIN_CXX_STANDARD})
+elseif(Torch_VERSION VERSION_GREATER_EQUAL 2.14)
+  set(CMAKE_CXX_STANDARD 20)
+else()
+  set(CMAKE_CXX_STANDARD 17)
+endif()
+message(STATUS "shardtrain: C++${CMAKE_CXX_STANDARD} for libtorch ${Torch_VERSION}")
 add_library(shardtrain_torch INTERFACE)
 target_link_libraries(shardtrain_torch INTERFACE ${TORCH_LIBRARIES})
 target_include_directories(shardtrain_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})

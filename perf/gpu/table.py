@@ -2,7 +2,7 @@
 """The GPU table of perf/README.md from results.jsonl (one JSON line per configuration, as
 perf/gpu/bench_gpu and perf/gpu/fsdp2_peer.py print them; lines with "error" are kept as
 failed rows). Used by scripts/gpu-check; tested on CPU results by tests/e2e/bench_gpu.cmake.
-  python3 perf/gpu/table.py runs/gpu-check/results.jsonl --gpu "NVIDIA H200, 143771 MiB" --torch 2.9.1
+  python3 perf/gpu/table.py $OUT/results.jsonl --gpu "NVIDIA H200, 143771 MiB" --torch 2.9.1
 """
 import argparse
 import json

@@ -1,6 +1,7 @@
 // gpu_adamw_cuda: the fused CUDA AdamW kernel against the Kokkos kernel on the host, bit for bit
 // (the .cu is compiled with --fmad=false; see adamw_cuda.cu), over several steps, a mask with
-// many segments and awkward values. Exits 77 (skipped) without a GPU.
+// many segments and awkward values. Exits 77 (skipped) without a GPU; with one present (or
+// SHARDTRAIN_GPU_REQUIRED=1) a CUDA runtime that finds no device is a failure (gpu_required.h).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu_required.h"
 #include "shardtrain/optim/adamw.h"
 #include "shardtrain/optim/adamw_cuda.h"
 #include "shardtrain/optim/kokkos_scope.h"
@@ -92,9 +94,13 @@ TEST(GpuAdamW, CudaKernelEqualsKokkosBitForBit) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 77;
+  const cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    // With a GPU present (or SHARDTRAIN_GPU_REQUIRED=1) this is a failure, not a skip.
+    namespace gt = shardtrain::gputest;
+    const gt::CannotRun c{err != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err)
+                                             : std::string("no CUDA device")};
+    return gt::cannot_run_exit(c, gt::must_fail(c), true);
   }
   return RUN_ALL_TESTS();
 }

@@ -15,6 +15,7 @@
 
 #include "../mpi/tiny_transformer.h"
 #include "shardtrain/comm/comm.h"
+#include "gpu_required.h"
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
@@ -23,14 +24,16 @@
 
 using namespace shardtrain;
 
-std::string gpu_test_skip_reason(int world) {
-  if (!fsdp::torch_built_with_cuda()) return "libtorch without CUDA";
+shardtrain::gputest::CannotRun gpu_test_skip_reason(int world) {
+  if (!fsdp::torch_built_with_cuda()) return {"libtorch without CUDA"};
   if (fsdp::cuda_device_count() < world)
-    return "needs " + std::to_string(world) + " GPUs, " + std::to_string(fsdp::cuda_device_count()) + " visible";
+    // Too few GPUs is no fault only where torch sees some: none with a GPU present is a fault.
+    return {"needs " + std::to_string(world) + " GPUs, " + std::to_string(fsdp::cuda_device_count()) + " visible",
+            fsdp::cuda_device_count() > 0};
 #ifndef SHARDTRAIN_HAVE_NCCL
-  if (world > 1) return "more than one rank needs NCCL";
+  if (world > 1) return {"more than one rank needs NCCL"};
 #endif
-  return "";
+  return {};
 }
 
 namespace {

@@ -14,20 +14,23 @@
 #include "../mpi/comm_test_util.h"
 #include "shardtrain/comm/comm.h"
 #include "shardtrain/comm/compute_stream.h"
+#include "gpu_required.h"
 #include "shardtrain/fsdp/device.h"
 
 using namespace shardtrain;
 using namespace shardtrain::comm;
 using namespace shardtrain::comm::testing;
 
-std::string gpu_test_skip_reason(int world) {
+shardtrain::gputest::CannotRun gpu_test_skip_reason(int world) {
 #ifndef SHARDTRAIN_HAVE_NCCL
-  return "built without NCCL";
+  return {"built without NCCL"};
 #else
-  if (!fsdp::torch_built_with_cuda()) return "libtorch without CUDA";
+  if (!fsdp::torch_built_with_cuda()) return {"libtorch without CUDA"};
   if (fsdp::cuda_device_count() < world)
-    return "needs " + std::to_string(world) + " GPUs, " + std::to_string(fsdp::cuda_device_count()) + " visible";
-  return "";
+    // Too few GPUs is no fault only where torch sees some: none with a GPU present is a fault.
+    return {"needs " + std::to_string(world) + " GPUs, " + std::to_string(fsdp::cuda_device_count()) + " visible",
+            fsdp::cuda_device_count() > 0};
+  return {};
 #endif
 }
 
