@@ -8,3 +8,6 @@ add_unit_test(NAME test_data_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_da
               LIBS shardtrain::data_core LABELS data TIMEOUT 300)
 add_unit_test(NAME test_data_sampler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_sampler.cpp
               LIBS shardtrain::data LABELS data)
+# Instruction data: chat formats (texts against the templates), ids and masks, masked datasets.
+add_unit_test(NAME test_data_chat SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_chat.cpp
+              LIBS shardtrain::data LABELS data)
