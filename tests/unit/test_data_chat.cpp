@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "shardtrain/data/batch_tensors.h"
 #include "shardtrain/data/chat_format.h"
@@ -237,6 +240,76 @@ TEST(ChatRenderer, PlainWithGpt2EncodesTheWholeTextAndCountsTheCompletionAndEos)
     EXPECT_EQ(text.substr(text.size() - 13), "<|endoftext|>");
     const std::string comp = text.substr(0, text.size() - 13);
     EXPECT_TRUE(comp == c || comp == " " + c) << "'" << comp << "'";
+  }
+}
+
+namespace {
+// Llama 3 ids of `text` (special-token strings read as their tokens, as Hugging Face does) from
+// the npm llama3-tokenizer-js; false (why) when node, the package or a Llama 3 tokenizer is absent.
+bool llama3_reference(const std::string& text, std::vector<std::int32_t>& ids, std::string& why) {
+  const std::string pkg = default_data_dir() + "/npm/node_modules/llama3-tokenizer-js/bundle/llama3-tokenizer-with-baked-data.js";
+  if (!file_exists(pkg)) { why = pkg + " absent (scripts/fetch-data)"; return false; }
+  if (std::system("node --version > /dev/null 2>&1") != 0) { why = "node not found"; return false; }
+  const auto tmp = fs::temp_directory_path() / ("st_chatref_" + std::to_string(::getpid()) + ".txt");
+  write_text(tmp.string(), text);
+  const std::string cmd = "node -e 'import(process.argv[1]).then(m => process.stdout.write(m.default.encode("
+                          "require(\"fs\").readFileSync(process.argv[2], \"utf8\"), {bos: false, eos: false}).join(\" \")))' '" +
+                          pkg + "' '" + tmp.string() + "'";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) { why = "popen failed"; return false; }
+  std::string out;
+  char buf[65536];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int rc = ::pclose(p);
+  fs::remove(tmp);
+  if (rc != 0) { why = "node failed: " + cmd; return false; }
+  std::istringstream is(out);
+  ids.clear();
+  for (std::int32_t v; is >> v;) ids.push_back(v);
+  return true;
+}
+}  // namespace
+
+// With a Llama 3 tokenizer (tokenizer.json; SHARDTRAIN_TEST_LLAMA3_TOKENIZER names it) the
+// rendered ids equal the reference's ids of apply_chat_template's text, and the counted tokens
+// are exactly each assistant reply (trimmed) and its <|eot_id|>.
+TEST(ChatRenderer, Llama3IdsEqualTheReference) {
+  const char* path = std::getenv("SHARDTRAIN_TEST_LLAMA3_TOKENIZER");
+  if (!path || !*path) GTEST_SKIP() << "SHARDTRAIN_TEST_LLAMA3_TOKENIZER (a Llama 3 tokenizer.json) not set";
+  auto tok = make_tokenizer(path, default_data_dir());
+  ASSERT_GE(tok->token_id("<|eot_id|>"), 0) << path << " is not a Llama 3 tokenizer";
+  const std::vector<std::vector<ChatMessage>> rows = {
+      kChat,
+      {{"user", "What's 2+2?\n\nThink   step by step."}, {"assistant", "  2 + 2 = 4.\n\n  Done.  "}},
+      {{"system", "Réponds en français, s'il te plaît."}, {"user", "Wie geht's? 你好 🙂"}, {"assistant", "Très bien 😀\r\n"}},
+      {{"user", "Say <|eot_id|> please"}, {"assistant", "<|eot_id|> said"}}};
+  for (const char* f : {"llama3", "llama3.1"}) {
+    ChatRenderer r(chat_template_named(f), *tok);
+    for (const auto& row : rows) {
+      std::vector<ChatSegment> seg;
+      ASSERT_EQ(chat_segments(chat_template_named(f), row, seg), "");
+      std::vector<std::int32_t> ref, ids;
+      std::vector<std::uint8_t> mask;
+      std::string why;
+      if (!llama3_reference(chat_text(seg), ref, why)) GTEST_SKIP() << why;
+      ASSERT_EQ(r.render(row, ids, mask), "");
+      EXPECT_EQ(ids, ref) << f << ": " << chat_text(seg);
+      ASSERT_EQ(mask.size(), ids.size());
+      std::string counted;  // each run of counted tokens decoded whole (runs hold whole characters)
+      std::vector<std::int32_t> run;
+      for (std::size_t i = 0; i <= ids.size(); ++i) {
+        if (i < ids.size() && mask[i]) {
+          run.push_back(ids[i]);
+        } else if (!run.empty()) {
+          counted += tok->decode(run);
+          run.clear();
+        }
+      }
+      std::string want;
+      for (const auto& m : row)
+        if (m.role == "assistant") want += strip_unicode_space(m.content) + "<|eot_id|>";
+      EXPECT_EQ(counted, want) << f;
+    }
   }
 }
 
