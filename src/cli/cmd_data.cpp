@@ -66,6 +66,14 @@ void add_data(CLI::App& app, CommandFn& selected) {
                              "Held-out fraction of each document in [0, 1) (default 0.05 for text, 0.2 for mnist)");
   pr->add_option("--text-field", args->prepare.text_field, "JSONL: the field holding a document's text (default text)");
   pr->add_flag("--skip-bad", args->prepare.skip_bad, "JSONL: skip and count malformed lines instead of failing");
+  pr->add_option("--chat-format", args->prepare.chat_format,
+                 "Instruction data: JSONL rows {prompt, completion} or {messages}, rendered as plain | llama3 | "
+                 "llama3.1 | chatml | qwen2 | qwen2.5 | auto (tokenizer_config.json's chat_template), with a loss "
+                 "mask: only completion / assistant tokens count (docs/data.md)");
+  pr->add_option("--tokenizer-config", args->prepare.tokenizer_config,
+                 "--chat-format auto: the model's tokenizer_config.json (default: beside the tokenizer)");
+  pr->add_option("--chat-date", args->prepare.chat_date,
+                 "Llama 3.2-style templates: the \"Today Date\" to render, e.g. \"26 Jul 2024\"");
   pr->add_option("--threads", args->prepare.threads, "tokenizer threads per rank (default: cores / ranks on the host)");
   pr->add_option("--progress-every", args->prepare.progress_every_s, "seconds between progress lines (0 = none; default 5)");
   pr->callback([args, vf, &selected] {

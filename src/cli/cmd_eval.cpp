@@ -60,11 +60,13 @@ int run_eval(runtime::Runtime& rt, const EvalArgs& a) {
                   static_cast<long long>(r.items), r.loss, *r.accuracy, rt.size(), rt.size() == 1 ? "" : "s", r.seconds,
                   out.c_str());
     else
-      std::printf("eval %s (step %lld) on %s/%s: %lld windows x %lld tokens, loss %.17g, perplexity %.6g; %d rank%s, "
+      std::printf("eval %s (step %lld) on %s/%s: %lld windows x %lld tokens%s, loss %.17g, perplexity %.6g; %d rank%s, "
                   "%.2f s -> %s\n",
                   path.c_str(), static_cast<long long>(m->state.step), dataset.c_str(), a.split.c_str(),
-                  static_cast<long long>(r.items), static_cast<long long>(r.seq_len), r.loss, r.perplexity, rt.size(),
-                  rt.size() == 1 ? "" : "s", r.seconds, out.c_str());
+                  static_cast<long long>(r.items), static_cast<long long>(r.seq_len),
+                  // instruction data: only the counted targets (a loss mask) enter the loss
+                  r.targets == r.items * r.seq_len ? "" : (" (" + std::to_string(r.targets) + " counted targets)").c_str(),
+                  r.loss, r.perplexity, rt.size(), rt.size() == 1 ? "" : "s", r.seconds, out.c_str());
     std::fflush(stdout);
   }
   return kExitOk;

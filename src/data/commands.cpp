@@ -124,6 +124,9 @@ std::string cmd_info(const std::string& dir) {
   const auto& m = train.meta();
   os << dir << ": token dataset, tokenizer " << m.tokenizer << " (vocab " << m.vocab_size << ", " << m.dtype
      << "), " << train.size() << " train / " << val.size() << " val tokens, " << m.sources.size() << " source(s):";
+  if (m.masked)  // instruction data: validated above (sizes, bytes, counts)
+    os << "\n  loss mask (" << m.chat_format << "): " << m.train_counted << " train / " << m.val_counted
+       << " val tokens counted";
   for (auto& s : m.sources) os << "\n  " << s.name << ": " << s.bytes << " bytes, fnv1a64 " << s.fnv1a64 << ", "
                                << s.train_tokens << " + " << s.val_tokens << " tokens";
   return os.str();

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "shardtrain/data/chat_format.h"
 #include "shardtrain/data/checksum.h"
 #include "shardtrain/data/corpus.h"
 #include "shardtrain/data/paths.h"
@@ -128,6 +129,7 @@ struct Task {
 
 struct TaskOut {
   std::vector<std::int32_t> train, val;
+  std::vector<std::uint8_t> train_mask, val_mask;  // instruction data only
   std::int64_t docs = 0, skipped = 0;
   std::string first_bad, error;
 };
@@ -141,8 +143,10 @@ class Worker {
  public:
   // `tok`: the rank's tokenizer; the worker's own shares its tables (read once per rank).
   Worker(const PrepareArgs& a, const std::vector<CorpusSource>& s, const std::vector<Loaded>& l, Counters& c,
-         const Tokenizer& tok)
-      : a_(a), s_(s), l_(l), c_(c), tok_(tok.for_thread()), eot_(tok_->eot_id()) {}
+         const Tokenizer& tok, const ChatTemplate* chat)
+      : a_(a), s_(s), l_(l), c_(c), tok_(tok.for_thread()), eot_(tok_->eot_id()) {
+    if (chat) chat_ = std::make_unique<ChatRenderer>(*chat, *tok_);
+  }
 
   void run(const Task& t, TaskOut& o) {
     const Loaded& l = l_[t.loaded];
@@ -164,7 +168,11 @@ class Worker {
       if (ln.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines are no documents
       std::string why;
       nlohmann::json j = nlohmann::json::parse(ln.begin(), ln.end(), nullptr, false);
-      if (j.is_discarded()) why = "not valid JSON";
+      if (chat_) {
+        if (j.is_discarded()) why = "not valid JSON";
+        else why = add_row(j, ln, o);
+        if (why.empty()) continue;
+      } else if (j.is_discarded()) why = "not valid JSON";
       else if (!j.is_object()) why = "not a JSON object";
       else if (!j.contains(a_.text_field)) why = "no field \"" + a_.text_field + "\" (--text-field)";
       else if (!j[a_.text_field].is_string()) why = "field \"" + a_.text_field + "\" is not a string";
@@ -176,6 +184,7 @@ class Worker {
         ++o.skipped;
         continue;
       }
+      if (chat_) continue;
       const std::string& text = j[a_.text_field].get_ref<const std::string&>();
       if (!text.empty()) add_doc(text, o);
     }
@@ -193,6 +202,24 @@ class Worker {
       before += std::count(b.begin(), b.end(), '\n');
     }
     return before + k;
+  }
+  // An instruction row: rendered whole into train or val (val when the row's FNV-1a hash, as a
+  // fraction of 2^64, is below val_fraction: the same at any rank and thread count, and equal
+  // rows land in the same split). Returns "" or why the row is bad (nothing appended then).
+  std::string add_row(const nlohmann::json& j, std::string_view line, TaskOut& o) {
+    std::string why = parse_instruction_row(j, msgs_);
+    if (!why.empty()) return why;
+    ids_.clear();
+    mask_.clear();
+    why = chat_->render(msgs_, ids_, mask_);
+    if (!why.empty()) return why;
+    const double u = static_cast<double>(fnv1a64(line) >> 11) * 0x1p-53;
+    const bool val = u < a_.val_fraction;
+    (val ? o.val : o.train).insert((val ? o.val : o.train).end(), ids_.begin(), ids_.end());
+    (val ? o.val_mask : o.train_mask).insert((val ? o.val_mask : o.train_mask).end(), mask_.begin(), mask_.end());
+    ++o.docs;
+    ++c_.docs;
+    return "";
   }
   void add_doc(std::string_view text, TaskOut& o) {
     ids_.clear();
@@ -215,7 +242,22 @@ class Worker {
   std::unique_ptr<Tokenizer> tok_;
   std::int32_t eot_;
   std::vector<std::int32_t> ids_;
+  std::unique_ptr<ChatRenderer> chat_;  // instruction data
+  std::vector<ChatMessage> msgs_;
+  std::vector<std::uint8_t> mask_;
 };
+
+// --chat-format auto: --tokenizer-config, else tokenizer_config.json beside the tokenizer (a
+// model directory, or the directory of a tokenizer file).
+std::string tokenizer_config_path(const PrepareArgs& a) {
+  if (!a.tokenizer_config.empty()) return a.tokenizer_config;
+  std::error_code ec;
+  if (fs::is_directory(a.tokenizer, ec)) return (fs::path(a.tokenizer) / "tokenizer_config.json").string();
+  if (a.tokenizer.find('/') != std::string::npos || fs::exists(a.tokenizer, ec))
+    return (fs::path(a.tokenizer).parent_path() / "tokenizer_config.json").string();
+  throw UserError("data prepare: --chat-format auto reads the chat template from the model's tokenizer_config.json; "
+                  "the " + a.tokenizer + " tokenizer has none: give --tokenizer-config FILE or --chat-format NAME");
+}
 
 std::vector<Task> make_tasks(const std::vector<CorpusSource>& s, const std::vector<Loaded>& loaded) {
   std::vector<Task> tasks;
@@ -322,6 +364,8 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
   if (!a.val_fraction_given) a.val_fraction = 0.05;
   std::vector<CorpusSource> sources;
   std::unique_ptr<Tokenizer> tokenizer;  // the rank's; its threads share its tables
+  ChatTemplate chat;                     // instruction data (a.chat_format given)
+  const bool instruct = !a.chat_format.empty();
   agreed([&] {
     ST_USER_CHECK(!a.out_dir.empty(), "data prepare: give --out DIR");
     ST_USER_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "data prepare: --val-fraction must be in [0, 1) (a "
@@ -330,9 +374,21 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
     ST_USER_CHECK(!a.text_field.empty(), "data prepare: --text-field must not be empty");
     tokenizer = make_tokenizer(a.tokenizer, a.data_dir, a.tokenizer_options);
     sources = expand_corpus_sources(a.sources, a.data_dir);
+    if (!a.chat_format.empty()) {
+      chat = a.chat_format == "auto" ? chat_template_from_config(tokenizer_config_path(a), a.chat_date)
+                                     : chat_template_named(a.chat_format);
+      ChatRenderer check(chat, *tokenizer);  // the format's special tokens exist: exit 2 before any work
+      for (const auto& s : sources)
+        ST_USER_CHECK(!s.in_memory && s.format == CorpusFormat::Jsonl, "data prepare: --chat-format ", a.chat_format,
+                      " reads instruction rows from JSONL files; source '", s.name, "' is ",
+                      s.in_memory ? "a built-in text" : "a plain text file");
+    } else {
+      ST_USER_CHECK(a.chat_date.empty() && a.tokenizer_config.empty(),
+                    "data prepare: --chat-date and --tokenizer-config go with --chat-format");
+    }
     std::error_code ec;
     for (const auto& s : sources)
-      for (const char* f : {"train.bin", "val.bin", "meta.json"}) {
+      for (const char* f : {"train.bin", "val.bin", "meta.json", "train.mask", "val.mask"}) {
         const std::string out = a.out_dir + "/" + f;
         if (!s.in_memory && fs::exists(out, ec) && fs::equivalent(out, s.name, ec) && !ec)
           throw UserError("data prepare: the output '" + out + "' is the input '" + s.name +
@@ -382,7 +438,7 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
     std::vector<std::string> start_errors(static_cast<std::size_t>(a.threads));
     auto work = [&](int id) {
       try {
-        Worker w(a, sources, loaded, c, *tokenizer);
+        Worker w(a, sources, loaded, c, *tokenizer, instruct ? &chat : nullptr);
         for (std::size_t i; !c.stop && (i = next++) < tasks.size();) {
           try {
             w.run(tasks[i], outs[i]);
@@ -436,8 +492,13 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
 
   // ---- counts, offsets, per-source statistics and checksums ---------------------------
   std::vector<std::int64_t> stats(4 * ns, 0), all_stats(4 * ns, 0);  // train, val, docs, skipped
-  std::int64_t mine[2] = {0, 0};
+  std::int64_t mine[2] = {0, 0}, counted[2] = {0, 0}, all_counted[2] = {0, 0};
   std::string first_bad;
+  for (const auto& o : outs) {
+    counted[0] += std::count(o.train_mask.begin(), o.train_mask.end(), std::uint8_t{1});
+    counted[1] += std::count(o.val_mask.begin(), o.val_mask.end(), std::uint8_t{1});
+  }
+  ST_MPI_CHECK(MPI_Allreduce(counted, all_counted, 2, MPI_INT64_T, MPI_SUM, world));
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     const int src = loaded[tasks[i].loaded].source;
     stats[4 * src] += static_cast<std::int64_t>(outs[i].train.size());
@@ -474,6 +535,14 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
   meta.val_fraction = a.val_fraction;
   meta.train_tokens = total[0];
   meta.val_tokens = total[1];
+  if (instruct) {
+    meta.masked = true;
+    meta.train_counted = all_counted[0];
+    meta.val_counted = all_counted[1];
+    meta.chat_format = chat.name;
+    meta.split_rule = "per instruction row (a JSONL line): the whole row goes to val when fnv1a64(line bytes) / 2^64 "
+                      "< val_fraction, else to train; rows rendered in the chat format and concatenated in order";
+  }
   std::int64_t docs = 0, skipped = 0, in_bytes = 0;
   for (std::size_t i = 0; i < ns; ++i) {
     TokenSourceInfo s{sources[i].name, sources[i].bytes, hex64(all_hash[i]), all_stats[4 * i], all_stats[4 * i + 1]};
@@ -495,11 +564,15 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
                   " training token(s) (", meta.tokenizer, " tokenizer, --val-fraction ", a.val_fraction,
                   "), fewer than the ", kMinTrainTokens, " of the shortest training sequence; nothing written to '",
                   a.out_dir, "'");
+    ST_USER_CHECK(!instruct || meta.train_counted > 0, "data prepare: the training rows have no completion token to "
+                  "train on (", meta.train_tokens, " tokens, none counted); nothing written to '", a.out_dir, "'");
     if (rank != 0) return;
     make_dirs(a.out_dir);
     std::error_code ec;
     fs::remove(a.out_dir + "/meta.json", ec);  // an older dataset here is no longer complete
     ST_USER_CHECK(!fs::exists(a.out_dir + "/meta.json", ec), "data prepare: cannot replace '", a.out_dir, "/meta.json'");
+    if (!instruct)  // a mask left by an older instruction dataset here would no longer match
+      for (const char* f : {"/train.mask", "/val.mask"}) fs::remove(a.out_dir + f, ec);
   });
   const int w = meta.bytes_per_token();
   std::string bytes;
@@ -508,10 +581,24 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
     for (const auto& o : outs) append_le(bytes, split == 0 ? o.train : o.val, w);
     write_at(split == 0 ? train_tmp : val_tmp, bytes, before[split] * w, world);
   }
+  // The masks: one byte per token at the same token offsets.
+  std::vector<std::pair<std::string, std::string>> renames = {{train_tmp, a.out_dir + "/train.bin"},
+                                                              {val_tmp, a.out_dir + "/val.bin"}};
+  if (instruct)
+    for (int split = 0; split < 2; ++split) {
+      bytes.clear();
+      for (const auto& o : outs) {
+        const auto& m = split == 0 ? o.train_mask : o.val_mask;
+        bytes.append(reinterpret_cast<const char*>(m.data()), m.size());
+      }
+      const std::string fin = a.out_dir + (split == 0 ? "/train.mask" : "/val.mask");
+      write_at(fin + ".tmp", bytes, before[split], world);
+      renames.emplace_back(fin + ".tmp", fin);
+    }
   std::string summary;
   agreed([&] {
     if (rank != 0) return;
-    for (const auto& [tmp, fin] : {std::pair{train_tmp, a.out_dir + "/train.bin"}, std::pair{val_tmp, a.out_dir + "/val.bin"}})
+    for (const auto& [tmp, fin] : renames)
       if (std::rename(tmp.c_str(), fin.c_str()) != 0)
         throw IoError("data prepare: cannot rename '" + tmp + "' to '" + fin + "': " + std::strerror(errno));
     write_token_meta(a.out_dir, meta);
@@ -521,6 +608,9 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
        << " train + " << meta.val_tokens << " val " << meta.tokenizer << " tokens (" << meta.dtype << ", vocab "
        << meta.vocab_size << ") in " << a.out_dir << "; " << size << " rank(s) x " << a.threads << " thread(s), "
        << (static_cast<double>(in_bytes) / 1e6) / s << " MB/s";
+    if (instruct)
+      os << "\ninstruction rows (" << meta.chat_format << "): " << meta.train_counted << " train + " << meta.val_counted
+         << " val tokens counted in the loss (train.mask, val.mask)";
     if (skipped > 0) os << "\nskipped " << skipped << " malformed line(s) (--skip-bad); the first: " << first_bad;
     summary = os.str();
   });

@@ -110,7 +110,20 @@ TokenBatch TokenSampler::batch(const SamplerCursor& c, int micro) const {
   b.seq_len = seq_len_;
   b.tokens.resize(b.batch * (seq_len_ + 1));
   for (std::int64_t i = 0; i < b.batch; ++i) ds_.read(items[i] * seq_len_, seq_len_ + 1, &b.tokens[i * (seq_len_ + 1)]);
+  if (ds_.masked()) {
+    b.mask.resize(b.tokens.size());
+    for (std::int64_t i = 0; i < b.batch; ++i)
+      ds_.read_mask(items[i] * seq_len_, seq_len_ + 1, &b.mask[i * (seq_len_ + 1)]);
+  }
   return b;
+}
+
+std::int64_t TokenSampler::counted_targets(const SamplerCursor& c) const {
+  if (!ds_.masked()) return index_.config().global_batch * seq_len_;
+  std::int64_t n = 0;
+  // Window w's targets are tokens w*seq_len + 1 .. w*seq_len + seq_len.
+  for (std::int64_t w : index_.global_items(c)) n += ds_.counted(w * seq_len_ + 1, seq_len_);
+  return n;
 }
 
 ImageSampler::ImageSampler(const ImageDataset& ds, const SamplerConfig& cfg) : ds_(ds), index_(ds.size(), cfg) {}

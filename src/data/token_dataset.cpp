@@ -88,7 +88,7 @@ TokenDatasetMeta prepare_token_dataset(const std::vector<TextDocument>& docs, To
 void write_token_meta(const std::string& dir, const TokenDatasetMeta& m) {
   nlohmann::ordered_json j;
   j["format"] = kTokenFormat;
-  j["version"] = kTokenFormatVersion;
+  j["version"] = m.masked ? kMaskedTokenFormatVersion : kTokenFormatVersion;
   j["tokenizer"] = m.tokenizer;
   j["vocab_size"] = m.vocab_size;
   j["dtype"] = m.dtype;
@@ -96,10 +96,23 @@ void write_token_meta(const std::string& dir, const TokenDatasetMeta& m) {
   j["eot_id"] = m.eot_id;
   j["splits"]["train"] = {{"file", "train.bin"}, {"tokens", m.train_tokens}};
   j["splits"]["val"] = {{"file", "val.bin"}, {"tokens", m.val_tokens}};
+  if (m.masked) {
+    j["splits"]["train"]["mask"] = "train.mask";
+    j["splits"]["train"]["counted"] = m.train_counted;
+    j["splits"]["val"]["mask"] = "val.mask";
+    j["splits"]["val"]["counted"] = m.val_counted;
+    j["mask"] = {{"bytes_per_token", 1},
+                 {"chat_format", m.chat_format},
+                 {"rule", "byte i is 1 when token i counts as a target (completion / assistant tokens, with the "
+                          "assistant's end-of-turn token): the target at window position t (token t+1) enters the "
+                          "loss iff mask[t+1] is 1"}};
+  }
   j["val_fraction"] = m.val_fraction;
-  j["split_rule"] = "per document (a text file, a JSONL line, a novel): the last floor(val_fraction * n) of its n "
-                    "tokens go to val, the rest to train; documents concatenated in order, each followed by eot_id "
-                    "when eot_id >= 0";
+  j["split_rule"] = !m.split_rule.empty()
+                        ? m.split_rule
+                        : "per document (a text file, a JSONL line, a novel): the last floor(val_fraction * n) of its n "
+                          "tokens go to val, the rest to train; documents concatenated in order, each followed by eot_id "
+                          "when eot_id >= 0";
   auto& src = j["sources"] = nlohmann::ordered_json::array();
   for (auto& s : m.sources) {
     nlohmann::ordered_json e = {{"name", s.name}, {"bytes", s.bytes}, {"fnv1a64", s.fnv1a64},
@@ -129,8 +142,10 @@ TokenDatasetMeta read_token_meta(const std::string& dir) {
   try {
     ST_USER_CHECK(j.at("format") == kTokenFormat, "'", path, "': format is ", j.at("format").dump(),
                   ", expected \"", kTokenFormat, "\"");
-    ST_USER_CHECK(j.at("version") == kTokenFormatVersion, "'", path, "': format version ", j.at("version").dump(),
-                  " is not supported (this build reads ", kTokenFormatVersion, ")");
+    ST_USER_CHECK(j.at("version") == kTokenFormatVersion || j.at("version") == kMaskedTokenFormatVersion, "'", path,
+                  "': format version ", j.at("version").dump(), " is not supported (this build reads ",
+                  kTokenFormatVersion, " and ", kMaskedTokenFormatVersion, ")");
+    m.masked = j.at("version") == kMaskedTokenFormatVersion;
     m.tokenizer = j.at("tokenizer").get<std::string>();
     m.vocab_size = j.at("vocab_size").get<std::int64_t>();
     m.dtype = j.at("dtype").get<std::string>();
@@ -138,6 +153,22 @@ TokenDatasetMeta read_token_meta(const std::string& dir) {
     m.val_fraction = j.at("val_fraction").get<double>();
     m.train_tokens = j.at("splits").at("train").at("tokens").get<std::int64_t>();
     m.val_tokens = j.at("splits").at("val").at("tokens").get<std::int64_t>();
+    if (m.masked) {
+      // The mask files have fixed names: a received meta.json cannot point the reader elsewhere.
+      ST_USER_CHECK(j.at("splits").at("train").at("mask") == "train.mask" &&
+                        j.at("splits").at("val").at("mask") == "val.mask",
+                    "'", path, "': splits.*.mask must be \"train.mask\" and \"val.mask\"");
+      ST_USER_CHECK(j.at("mask").at("bytes_per_token") == 1, "'", path, "': mask.bytes_per_token must be 1");
+      m.train_counted = j.at("splits").at("train").at("counted").get<std::int64_t>();
+      m.val_counted = j.at("splits").at("val").at("counted").get<std::int64_t>();
+      m.chat_format = j.at("mask").at("chat_format").get<std::string>();
+    } else {
+      ST_USER_CHECK(!j.at("splits").at("train").contains("mask") && !j.at("splits").at("val").contains("mask") &&
+                        !j.contains("mask"),
+                    "'", path, "': a loss mask needs format version ", kMaskedTokenFormatVersion, ", this is version ",
+                    kTokenFormatVersion);
+    }
+    if (j.contains("split_rule") && j.at("split_rule").is_string()) m.split_rule = j.at("split_rule").get<std::string>();
     for (auto& s : j.at("sources"))
     {
       TokenSourceInfo i{s.at("name"), s.at("bytes"), s.at("fnv1a64"), s.at("train_tokens"), s.at("val_tokens")};
@@ -156,6 +187,10 @@ TokenDatasetMeta read_token_meta(const std::string& dir) {
                 m.train_tokens, ", val ", m.val_tokens, ")");
   ST_USER_CHECK(m.eot_id >= -1 && m.eot_id < m.vocab_size, "'", path, "': eot_id ", m.eot_id,
                 " is not -1 (none) or an id below vocab_size ", m.vocab_size);
+  ST_USER_CHECK(!m.masked || (m.train_counted >= 0 && m.train_counted <= m.train_tokens && m.val_counted >= 0 &&
+                              m.val_counted <= m.val_tokens),
+                "'", path, "': counted tokens (train ", m.train_counted, ", val ", m.val_counted,
+                ") outside [0, tokens]");
   return m;
 }
 
@@ -199,6 +234,7 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : m
   } else {
     ::close(fd);
   }
+  if (meta_.masked) map_mask(dir, split);
   // Spot-check ids: everything for small splits, an even spread for large ones.
   const std::int64_t kFull = 16LL << 20, kSamples = 1LL << 20;
   std::int64_t stride = tokens_ <= kFull ? 1 : tokens_ / kSamples;
@@ -209,8 +245,68 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : m
   }
 }
 
+void TokenDataset::map_mask(const std::string& dir, const std::string& split) {
+  mask_path_ = dir + "/" + split + ".mask";
+  const std::int64_t want_counted = split == "train" ? meta_.train_counted : meta_.val_counted;
+  int fd = ::open(mask_path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ST_USER_CHECK(fd >= 0, "cannot open '", mask_path_, "' (", dir, "/meta.json says the dataset has a loss mask): ",
+                std::strerror(errno));
+  struct stat st {};
+  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (!ok || st.st_size != tokens_) {
+    ::close(fd);
+    ST_USER_CHECK(ok, "'", mask_path_, "' is not a regular file");
+    throw UserError(detail::concat("'", mask_path_, "' has ", st.st_size, " bytes but ", dir, "/meta.json says ", split,
+                                   " has ", tokens_, " tokens (one mask byte per token): the mask does not match ",
+                                   path_));
+  }
+  if (tokens_ > 0) {
+    void* p = ::mmap(nullptr, static_cast<std::size_t>(tokens_), PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    ::close(fd);
+    ST_USER_CHECK(p != MAP_FAILED, "cannot mmap '", mask_path_, "': ", std::strerror(err));
+    mask_ = static_cast<const unsigned char*>(p);
+  } else {
+    ::close(fd);
+  }
+  // Every byte is read once here (a mask is a quarter of the ids' size): bytes other than 0/1
+  // or a count that differs from meta.json mean a corrupt or mismatched file.
+  std::int64_t ones = 0;
+  for (std::int64_t i = 0; i < tokens_; ++i) {
+    const unsigned char b = mask_[i];
+    if (b > 1) {
+      throw UserError(detail::concat("'", mask_path_, "': byte ", i, " is ", static_cast<int>(b),
+                                     ", not 0 or 1: corrupt mask file"));
+    }
+    ones += b;
+  }
+  ST_USER_CHECK(ones == want_counted, "'", mask_path_, "' marks ", ones, " token(s) as counted but ", dir,
+                "/meta.json says ", want_counted, ": the mask does not match this dataset");
+}
+
 TokenDataset::~TokenDataset() {
   if (data_) ::munmap(const_cast<unsigned char*>(data_), mapped_);
+  if (mask_) ::munmap(const_cast<unsigned char*>(mask_), static_cast<std::size_t>(tokens_));
+}
+
+void TokenDataset::read_mask(std::int64_t begin, std::int64_t n, std::uint8_t* out) const {
+  ST_CHECK(masked(), "read_mask on ", path_, ", which has no loss mask");
+  ST_CHECK(begin >= 0 && n >= 0 && begin + n <= tokens_, "mask range [", begin, ", ", begin + n, ") outside [0, ",
+           tokens_, ") of ", mask_path_);
+  if (n > 0) std::memcpy(out, mask_ + begin, static_cast<std::size_t>(n));
+}
+
+std::int64_t TokenDataset::counted(std::int64_t begin, std::int64_t n) const {
+  ST_CHECK(masked(), "counted() on ", path_, ", which has no loss mask");
+  ST_CHECK(begin >= 0 && n >= 0 && begin + n <= tokens_, "mask range [", begin, ", ", begin + n, ") outside [0, ",
+           tokens_, ") of ", mask_path_);
+  std::int64_t c = 0;
+  for (std::int64_t i = 0; i < n; ++i) c += mask_[begin + i];
+  return c;
+}
+
+void write_mask(const std::string& path, const std::vector<std::uint8_t>& mask) {
+  write_file(path, reinterpret_cast<const char*>(mask.data()), mask.size());
 }
 
 std::int32_t TokenDataset::at(std::int64_t i) const {

@@ -23,6 +23,12 @@ at::Tensor Model::loss(const at::Tensor& input, const at::Tensor& targets) {
   return at::cross_entropy_loss(logits, targets);
 }
 
+at::Tensor Model::loss_sum(const at::Tensor& input, const at::Tensor& targets) {
+  at::Tensor logits = forward(input).to(at::kFloat);
+  if (logits.dim() == 3) logits = logits.flatten(0, 1);
+  return at::cross_entropy_loss(logits, targets.flatten(), {}, at::Reduction::Sum, /*ignore_index=*/-100);
+}
+
 namespace {
 // One row per architecture: everything outside its own files that knows it exists.
 struct Arch {

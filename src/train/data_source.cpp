@@ -69,10 +69,15 @@ class TokenSource : public SplitSource<data::TokenDataset, data::TokenSampler, T
   }
   int64_t tokens_per_item() const override { return seq_; }
   bool classification() const override { return false; }
+  bool masked() const override { return train_.masked(); }
+  int64_t counted_targets(const data::SamplerCursor& c) const override { return train_sampler_.counted_targets(c); }
   const data::TokenDatasetMeta& meta() const { return train_.meta(); }
   std::string describe() const override {
     std::ostringstream os;
     os << train_.meta().tokenizer << " tokens: " << train_.size() << " train, " << val_.size() << " val";
+    if (train_.masked())
+      os << "; loss mask (" << train_.meta().chat_format << "): " << train_.meta().train_counted << " train, "
+         << train_.meta().val_counted << " val tokens counted";
     return os.str();
   }
 

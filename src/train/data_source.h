@@ -29,6 +29,15 @@ class DataSource {
   // Tokens per item (seq_len for language models; 0 for images).
   virtual int64_t tokens_per_item() const = 0;
   virtual bool classification() const = 0;
+  // Instruction data (a token dataset with a loss mask): targets that do not count are -100 in
+  // the batches, and the loss is the mean over the counted targets of the global batch.
+  virtual bool masked() const { return false; }
+  // The counted targets of the whole training global batch at c (masked() only): the same on
+  // every rank, computed from the dataset (the sampler is deterministic), no communication.
+  virtual int64_t counted_targets(const data::SamplerCursor& c) const {
+    (void)c;
+    return 0;
+  }
   virtual std::string describe() const = 0;
 };
 

@@ -40,9 +40,11 @@ struct TokenItems : Items {
     b.batch = n;
     b.seq_len = seq;
     b.tokens.resize(static_cast<size_t>(n * (seq + 1)));
+    if (ds.masked()) b.mask.resize(b.tokens.size());  // instruction data: targets that count
     for (int64_t j = 0; j < n; ++j) {
       const int64_t w = first + j < last ? first + j : first;
       ds.read(w * seq, seq + 1, b.tokens.data() + j * (seq + 1));
+      if (ds.masked()) ds.read_mask(w * seq, seq + 1, b.mask.data() + j * (seq + 1));
     }
     auto t = data::to_tensors(b);
     in = t.inputs;
@@ -138,19 +140,23 @@ EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::
     at::Tensor ce = at::cross_entropy_loss(flat, tgt.to(device).reshape({-1}), {}, at::Reduction::None)
                         .reshape({batch, -1}).cpu().contiguous();
     at::Tensor hit = flat.argmax(-1).eq(tgt.to(device).reshape({-1})).reshape({batch, -1}).cpu().contiguous();
+    // A target of -100 (instruction data's prompt tokens) has cross-entropy 0 and does not count.
+    at::Tensor counts = tgt.reshape({batch, -1}).ne(-100).cpu().contiguous();
     const float* c = ce.data_ptr<float>();
     const bool* h = hit.data_ptr<bool>();
+    const bool* counted = counts.data_ptr<bool>();
     const int64_t per = ce.size(1);
     for (int64_t j = 0; j < real; ++j, ++at) {
       double s = 0, n = 0;
       for (int64_t t = 0; t < per; ++t) {
+        if (!counted[j * per + t]) continue;
         s += static_cast<double>(c[j * per + t]);
         n += h[j * per + t] ? 1 : 0;
+        ++r.targets;
       }
       loss[at] = s;
       correct[at] = n;
     }
-    r.targets += real * per;
   }
   if (was_training) net.train();
 

@@ -52,6 +52,10 @@ LeafPlan plan_leaves(const deck::Deck& d, int world, int rank, int group, bool n
 }
 
 double mean_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_Comm world) {
+  return sum_over_leaves(mine, p, world) / static_cast<double>(p.leaves);
+}
+
+double sum_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_Comm world) {
   ST_CHECK(static_cast<int64_t>(mine.size()) == p.per_rank, "leaf losses: ", mine.size(), " on this rank, the plan has ",
            p.per_rank);
   std::vector<double> all(static_cast<size_t>(p.leaves)), by_leaf(static_cast<size_t>(p.leaves));
@@ -61,7 +65,7 @@ double mean_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_
     for (int64_t j = 0; j < p.per_rank; ++j) by_leaf[p.leaf_of(r, j)] = all[r * p.per_rank + j];
   double sum = 0;
   for (double v : by_leaf) sum += v;
-  return sum / static_cast<double>(p.leaves);
+  return sum;
 }
 
 nlohmann::json reproducibility_guarantee(const LeafPlan& p, int64_t micro_batch, int threads,

@@ -299,6 +299,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
 
   // One optimizer step over the global batch at `pos`: forward/backward per micro-batch,
   // clipping, the agreed finiteness test, the update (unless the guard withholds it).
+  const bool masked = data->masked();
   auto train_step = [&](const LoopPosition& at) {
     StepResult r;
     Timer step_timer;
@@ -311,17 +312,33 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     // The step's micro-batches read up front, in one agreement: an id >= vocab_size on any rank
     // is one UserError (file, offset) on every rank, for one collective per step.
     std::vector<Batch> batches(static_cast<size_t>(plan.grad_accum));
+    int64_t counted = 0;  // instruction data: the global batch's counted targets
     runtime::run_agreed(world, [&] {
       for (int mb = 0; mb < plan.grad_accum; ++mb) batches[mb] = data->train_batch(at.cursor, mb);
+      if (masked) counted = data->counted_targets(at.cursor);
     });
     // Reproducible: each micro-batch is a leaf; its loss is scaled by 1 / leaves (the engine
     // sums), its dropout keyed by the leaf, and the losses summed in leaf order.
     const double scale = static_cast<double>(leaves.on ? leaves.leaves : plan.grad_accum);
+    // A loss mask: the step's loss is the mean over the counted targets of the whole global
+    // batch, so each micro-batch's summed loss is divided by the global count N, whatever its
+    // own count. The engine averages over the world's ranks in the default mode (multiply by
+    // the world size to undo that) and sums in the reproducible mode (leaf sum / N, the same
+    // bits at every world size). N = 0 (no counted target): loss 0, gradient 0.
+    const double per_counted = 1.0 / static_cast<double>(std::max<int64_t>(counted, 1));
+    const double mask_scale = leaves.on ? per_counted : static_cast<double>(rt.size()) * per_counted;
     std::vector<at::Tensor> leaf_losses;
     for (int mb = 0; mb < plan.grad_accum; ++mb) {
       engine.set_last_micro_batch(mb == plan.grad_accum - 1);
       if (leaves.on) seed_leaf_generator(s.seed, at.step, leaves.leaf_of(mb), device);
       const Batch b = on_device(std::move(batches[mb]), device);
+      if (masked) {
+        const at::Tensor sum = net->loss_sum(b.inputs, b.targets);
+        (sum * mask_scale).backward();
+        if (leaves.on) leaf_losses.push_back(sum.detach().to(at::kDouble));
+        else loss_sum.add_(sum.detach().to(at::kDouble));
+        continue;
+      }
       const at::Tensor mean = net->loss(b.inputs, b.targets);
       at::Tensor loss = mean / scale;
       loss.backward();
@@ -330,9 +347,13 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     }
     if (leaves.on) {
       const at::Tensor l = at::stack(leaf_losses).cpu();
-      r.local_loss = mean_over_leaves(std::vector<double>(l.data_ptr<double>(), l.data_ptr<double>() + l.numel()),
-                                      leaves, world);
+      const std::vector<double> mine(l.data_ptr<double>(), l.data_ptr<double>() + l.numel());
+      // Masked: the leaves' summed losses added in leaf order, over N.
+      r.local_loss = masked ? sum_over_leaves(mine, leaves, world) * per_counted : mean_over_leaves(mine, leaves, world);
       r.loss_is_global = true;
+    } else if (masked) {
+      // The step logger averages over ranks: this rank's share times the world size.
+      r.local_loss = loss_sum.item<double>() * static_cast<double>(rt.size()) * per_counted;
     } else {
       r.local_loss = loss_sum.item<double>();
     }

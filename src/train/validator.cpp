@@ -24,6 +24,11 @@ void Validator::after_step(int64_t step) {
       at::Tensor logits = net_.forward(b.inputs).to(at::kFloat);
       at::Tensor flat = logits.reshape({-1, logits.size(-1)});
       at::Tensor tgt = b.targets.reshape({-1});
+      if (data_.masked()) {  // the mean over counted targets (-100: not counted)
+        sums[0] += at::cross_entropy_loss(flat, tgt, {}, at::Reduction::Sum, -100).item<double>();
+        sums[1] += static_cast<double>(tgt.ne(-100).sum().item<int64_t>());
+        continue;
+      }
       sums[0] += at::cross_entropy_loss(flat, tgt).item<double>() * tgt.numel();
       sums[1] += static_cast<double>(tgt.numel());
       if (data_.classification()) sums[2] += flat.argmax(-1).eq(tgt).sum().item<double>();

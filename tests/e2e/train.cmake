@@ -35,6 +35,10 @@ if(TARGET shardtrain)
   # data prepare on JSONL / gzip / text corpora: the same bytes at 1, 2, 4 ranks and 1 or 3 threads.
   add_train_e2e_test(e2e_data_prepare_corpus prepare_corpus.sh 2 "data;mpi")
   set_tests_properties(e2e_train_ownership PROPERTIES TIMEOUT 300)  # 9 runs, two of them racing
+  # Instruction data (--chat-format plain, a loss mask): the dataset, bad rows, the loss as the
+  # mean over counted targets, and the same training at 1x8, 2x4, 4x2 (bits with reproducible).
+  add_train_e2e_test(e2e_train_instruction instruction.sh 4 "data")
+  set_tests_properties(e2e_train_instruction PROPERTIES TIMEOUT 420)
   # Hostile decks, data and checkpoints: exit 2 and one error line each, never a hang (issue #18).
   add_test(NAME e2e_train_hostile_inputs
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train/hostile_inputs.sh $<TARGET_FILE:shardtrain> ${MPIEXEC_EXECUTABLE}

@@ -10,3 +10,6 @@ add_unit_test(NAME test_data_sampler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data
               LIBS shardtrain::data LABELS data)
 add_unit_test(NAME test_data_model_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_model_tokenizer.cpp
               LIBS shardtrain::data_core LABELS "data;tokenizer")
+# Instruction data: chat formats (texts against the templates), ids and masks, masked datasets.
+add_unit_test(NAME test_data_chat SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_chat.cpp
+              LIBS shardtrain::data LABELS data)

@@ -6,9 +6,14 @@
 
 namespace shardtrain::data {
 
+// A target that does not count (a prompt token of instruction data): the cross-entropy's
+// default ignore_index, so the loss functions skip it.
+inline constexpr std::int64_t kIgnoredTarget = -100;
+
 struct TokenTensors {
   torch::Tensor inputs;   // int64 [B, T]: tokens 0..T-1 of each window
-  torch::Tensor targets;  // int64 [B, T]: tokens 1..T (inputs shifted by one)
+  torch::Tensor targets;  // int64 [B, T]: tokens 1..T (inputs shifted by one); kIgnoredTarget
+                          // where the batch's mask says the target does not count
 };
 TokenTensors to_tensors(const TokenBatch& b);
 

@@ -23,6 +23,11 @@ struct PrepareArgs {
   bool skip_bad = false;                // JSONL: skip (and count) malformed lines instead of failing
   int threads = 0;                      // tokenizer threads per rank; 0 = cores / ranks on the host
   double progress_every_s = 5;          // progress lines on long inputs (<= 0: none)
+  // Instruction data (docs/data.md "Instruction data"): JSONL rows {"prompt", "completion"} or
+  // {"messages": [...]} rendered in a chat format, with a loss mask. "" = text corpus.
+  std::string chat_format;              // plain | llama3 | llama3.1 | chatml | qwen2 | qwen2.5 | auto
+  std::string tokenizer_config;         // auto: tokenizer_config.json ("" = beside the tokenizer)
+  std::string chat_date;                // Llama 3.2-style templates: the "Today Date" to render
 };
 // data prepare: a token dataset (austen / text files) or an image dataset (mnist).
 std::string cmd_prepare(const PrepareArgs& a);

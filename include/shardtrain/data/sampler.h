@@ -69,6 +69,9 @@ class IndexSampler {
 struct TokenBatch {
   std::int64_t batch = 0, seq_len = 0;
   std::vector<std::int32_t> tokens;  // [batch, seq_len + 1]
+  // A dataset with a loss mask: the mask bytes of the same tokens, [batch, seq_len + 1]; the
+  // target at position t (token t+1) counts iff mask[t+1] is 1. Empty: every target counts.
+  std::vector<std::uint8_t> mask;
 };
 
 class TokenSampler {
@@ -77,6 +80,10 @@ class TokenSampler {
   const IndexSampler& index() const { return index_; }
   TokenBatch batch(const SamplerCursor& c, int micro) const;
   SamplerCursor next(const SamplerCursor& c) const { return index_.next(c); }
+  // The targets that count in the whole global batch at c (all ranks' micro-batches together;
+  // every rank computes the same number from the dataset, no communication). A dataset without
+  // a mask: global_batch x seq_len.
+  std::int64_t counted_targets(const SamplerCursor& c) const;
 
  private:
   const TokenDataset& ds_;

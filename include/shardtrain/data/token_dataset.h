@@ -1,5 +1,7 @@
-// Token datasets on disk: DIR/train.bin, DIR/val.bin (raw little-endian uint16 or uint32 ids)
-// and DIR/meta.json that describes them (see docs/data.md, "Token dataset format").
+// Token datasets on disk: DIR/train.bin, DIR/val.bin (raw little-endian uint16 or uint32 ids),
+// for instruction data DIR/train.mask, DIR/val.mask (one byte per token: 1 = the token counts
+// as a target in the loss), and DIR/meta.json that describes them (see docs/data.md, "Token
+// dataset format").
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,6 +14,9 @@ namespace shardtrain::data {
 
 inline constexpr const char* kTokenFormat = "shardtrain-tokens";
 inline constexpr int kTokenFormatVersion = 1;
+// Datasets with a loss mask are written as version 2, so a reader that does not know masks
+// refuses them instead of training on every token.
+inline constexpr int kMaskedTokenFormatVersion = 2;
 // data prepare refuses sources whose training split has fewer tokens (one input + its target).
 inline constexpr std::int64_t kMinTrainTokens = 2;
 
@@ -34,6 +39,13 @@ struct TokenDatasetMeta {
   double val_fraction = 0;
   std::int64_t train_tokens = 0, val_tokens = 0;
   std::vector<TokenSourceInfo> sources;
+  // Instruction data: each split has a mask file (train.mask, val.mask) of one byte per token,
+  // 1 when the token counts as a target (a completion / assistant token), else 0. The target
+  // at position t of a window (token t+1) counts iff the mask byte of token t+1 is 1.
+  bool masked = false;
+  std::int64_t train_counted = 0, val_counted = 0;  // mask bytes that are 1 (masked only)
+  std::string chat_format;                          // "plain", "llama3", ... (masked only)
+  std::string split_rule;                           // "" = the per-document token split (text corpora)
 
   int bytes_per_token() const { return dtype == "uint16" ? 2 : 4; }
 };
@@ -68,14 +80,28 @@ class TokenDataset {
   // Copies ids [begin, begin + n) into out (bounds-checked). UserError naming the file, the
   // token index and its byte offset when an id is >= vocab_size.
   void read(std::int64_t begin, std::int64_t n, std::int32_t* out) const;
+  // A dataset with a loss mask (meta.json "mask"): the split's .mask file, validated against
+  // the token count (one byte per token, every byte 0 or 1, as many 1s as meta.json says).
+  bool masked() const { return meta_.masked; }
+  const std::string& mask_path() const { return mask_path_; }
+  // Mask bytes [begin, begin + n) into out (bounds-checked; masked() only).
+  void read_mask(std::int64_t begin, std::int64_t n, std::uint8_t* out) const;
+  // Number of mask bytes that are 1 in [begin, begin + n) (masked() only).
+  std::int64_t counted(std::int64_t begin, std::int64_t n) const;
 
  private:
+  void map_mask(const std::string& dir, const std::string& split);
   TokenDatasetMeta meta_;
   std::string path_;
   std::int64_t tokens_ = 0;
   const unsigned char* data_ = nullptr;
   std::size_t mapped_ = 0;
+  std::string mask_path_;
+  const unsigned char* mask_ = nullptr;
 };
+
+// Writes DIR/<split>.mask (bytes 0/1, one per token).
+void write_mask(const std::string& path, const std::vector<std::uint8_t>& mask);
 
 // Raw id files for `data encode` / `data decode`: little-endian uint16 or uint32.
 void write_ids(const std::string& path, const std::vector<std::int32_t>& ids, const std::string& dtype);

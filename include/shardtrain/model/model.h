@@ -83,6 +83,10 @@ class Model : public torch::nn::Module, public fsdp::Hookable {
   virtual at::Tensor forward(const at::Tensor& input) = 0;
   // Mean cross-entropy of forward(input) against targets ([B, T] or [B]).
   virtual at::Tensor loss(const at::Tensor& input, const at::Tensor& targets);
+  // Summed cross-entropy of forward(input) over the targets that count: a target of -100 (the
+  // cross-entropy's ignore index; instruction data's prompt tokens) adds nothing. For losses
+  // weighed by counted tokens across micro-batches and ranks (train's loss mask).
+  at::Tensor loss_sum(const at::Tensor& input, const at::Tensor& targets);
   // Init rule of a parameter, by its qualified name (as in named_parameters()).
   virtual ParamInit init_for(const std::string& name) const = 0;
   // Module class names the default wrap policy turns into units (e.g. "GPT2Block").

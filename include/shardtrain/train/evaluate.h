@@ -16,9 +16,9 @@ namespace shardtrain::train {
 struct EvalResult {
   std::string dataset, split;
   int64_t items = 0;    // windows of seq_len + 1 tokens (window w: tokens [w*T, w*T + T + 1)) or images
-  int64_t targets = 0;  // predicted tokens (items x seq_len) or images
+  int64_t targets = 0;  // predicted tokens (items x seq_len; with a loss mask the counted ones) or images
   int64_t seq_len = 0;  // 0 for images
-  double loss = 0;      // mean cross-entropy per target (nats)
+  double loss = 0;      // mean cross-entropy per (counted) target (nats)
   double perplexity = 0;
   std::optional<double> accuracy;  // classifiers
   double seconds = 0;

@@ -46,6 +46,9 @@ nlohmann::json reproducibility_guarantee(const LeafPlan& p, int64_t micro_batch,
 // The global batch's mean loss from this rank's leaf losses (micro-batch order): gathered
 // from every rank and summed in leaf order, so the same bits at every world size. Collective.
 double mean_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_Comm world);
+// The same sum in leaf order, not divided by the leaves (instruction data divides by the global
+// batch's counted targets instead). Collective.
+double sum_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_Comm world);
 
 // Lines for the resume notes: each field of `saved` that differs from `now` ("" when all agree).
 std::string guarantee_differences(const nlohmann::json& saved, const nlohmann::json& now);
