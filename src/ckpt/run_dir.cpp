@@ -132,7 +132,9 @@ std::vector<StepFile> list_step_files(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string name = e.path().filename().string();
-    if (!e.is_regular_file(ec) || !std::regex_match(name, m, re)) continue;
+    // lstat: a symbolic link planted under a checkpoint's name is no checkpoint of anyone's.
+    if (e.is_symlink(ec) || !e.is_regular_file(ec)) continue;
+    if (!std::regex_match(name, m, re)) continue;
     StepFile f;
     f.step = std::stoll(m[1]);
     f.path = e.path().string();

@@ -69,7 +69,8 @@ std::vector<KeySpec> build_schema() {
         "ranks that share one sharded replica (must divide the world size); 0 = ranks per host")
         .at_least(0).at_most(kMaxRanks).unit("ranks"),
     Int("parallel.simulate_ranks_per_host", 0,
-        "pretend every k consecutive ranks form a host (tests on one machine); 0 = real hosts")
+        "pretend every k consecutive ranks form a host (tests on one machine; the last host holds the rest "
+        "when k does not divide the world size); 0 = real hosts")
         .at_least(0).at_most(kMaxRanks).unit("ranks"),
 
     // [comm]
@@ -234,6 +235,9 @@ std::vector<KeySpec> build_schema() {
         .at_least(1).at_most(1 << 20),
     Str("checkpoint.resume", "auto", "auto = latest in checkpoint.dir if any, never, or a checkpoint path")
         .non_empty(),
+    Bool("checkpoint.allow_data_change", false,
+         "resume even when data.dataset differs from the data the checkpoint was trained on (files, sizes or "
+         "content changed); false = exit 2 naming what changed; true = a warning in the log and the metrics"),
     Bool("checkpoint.async", false, "write checkpoints in the background while training continues"),
     Str("checkpoint.previous_run", "error",
         "a run that starts fresh (resume = never, or a checkpoint of another run) where checkpoint.dir holds "
