@@ -20,7 +20,9 @@ expect_user_error() {
   local want=$1; shift
   CASES=$((CASES + 1))
   set +e
-  timeout -k 5 "$TMO" "$@" > "$T/case.out" 2> "$T/case.err" < /dev/null
+  # Shell functions (run1, resume_on) put their own command under timeout.
+  if declare -F "$1" > /dev/null; then "$@" > "$T/case.out" 2> "$T/case.err" < /dev/null
+  else timeout -k 5 "$TMO" "$@" > "$T/case.out" 2> "$T/case.err" < /dev/null; fi
   local rc=$?
   set -e
   [ "$rc" != 124 ] && [ "$rc" != 137 ] || fail "hung (killed after $TMO s): $*"
@@ -31,7 +33,7 @@ expect_user_error() {
 }
 run1() {  # run1 OUT [--set ...]: the tiny deck on one singleton rank, a new run in OUT
   local out=$1; shift
-  "$ST" train "$DECK" --set "data.dataset=$T/data" --set "run.out_dir=$out" --set checkpoint.resume=never \
+  timeout -k 5 "$TMO" "$ST" train "$DECK" --set "data.dataset=$T/data" --set "run.out_dir=$out" --set checkpoint.resume=never \
     --set train.max_steps=2 --set lr.decay_steps=2 --set lr.warmup_steps=1 "$@"
 }
 
@@ -79,7 +81,7 @@ expect_user_error "enc.bin exists and is a symbolic link" "$ST" data encode --to
 NAME="x\";touch pwned;\"'\$(touch pwned2)';touch pwned3;'"
 mkdir -p "$T/$NAME" && cp "$T/good/metrics.jsonl" "$T/$NAME/"
 (cd "$T" && timeout -k 5 "$TMO" "$ST" report "$T/$NAME" > "$T/report.log" 2>&1) || { cat "$T/report.log"; fail "report of the hostile name"; }
-ls "$T" | grep -q pwned && fail "a command in the directory name ran: $(ls "$T" | grep pwned)"
+[ -z "$(find "$T" -type f -name 'pwned*')" ] || fail "a command in the directory name ran: $(find "$T" -type f -name 'pwned*')"
 for p in loss throughput memory; do [ -s "$T/$NAME/plots/$p.png" ] || fail "no $p.png for the hostile name"; done
 mkdir -p "$T/R" && cp "$T/good/metrics.jsonl" "$T/R/" && ln -s "$T/elsewhere" "$T/R/plots" && mkdir -p "$T/elsewhere"
 expect_user_error "plots exists and is not a directory" "$ST" report "$T/R"
@@ -106,7 +108,7 @@ timeout -k 5 "$TMO" "$ST" generate "$T/ck" --prompt The --max-new-tokens 2 > /de
 resume_on() {  # resume_on NAME DATASET [--set ...]: continues the reference run's checkpoint on DATASET
   local name=$1 data=$2; shift 2
   rm -rf "$T/$name.ck" && cp -r "$T/ck" "$T/$name.ck"
-  "$ST" train "$DECK" --set "data.dataset=$data" --set "run.out_dir=$T/$name" --set "checkpoint.dir=$T/$name.ck" \
+  timeout -k 5 "$TMO" "$ST" train "$DECK" --set "data.dataset=$data" --set "run.out_dir=$T/$name" --set "checkpoint.dir=$T/$name.ck" \
     --set train.max_steps=3 --set lr.decay_steps=2 --set lr.warmup_steps=1 "$@"
 }
 cp -r "$T/data" "$T/same_size"
