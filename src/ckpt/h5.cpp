@@ -37,7 +37,12 @@ std::string h5_innermost_message() {
 
 void quiet_hdf5() {
   static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  std::call_once(once, [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    // Defense in depth behind open_checkpoint's link check: with the external link class
+    // unregistered, this process cannot traverse an external link at all (it never writes one).
+    (void)H5Lunregister(H5L_TYPE_EXTERNAL);
+  });
 }
 }  // namespace detail
 

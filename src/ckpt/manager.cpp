@@ -32,10 +32,6 @@ int comm_rank(MPI_Comm c) {
   return r;
 }
 
-void fsync_dir(const std::string& dir) {
-  if (int e = io::fsync_dir(dir)) throw IoError("fsync of directory " + dir + " failed: " + io::errno_text(e));
-}
-
 // Rank 0's list of names, the same on every rank.
 std::vector<std::string> broadcast_lines(const std::vector<std::string>& lines, MPI_Comm world) {
   std::string text;
@@ -177,9 +173,7 @@ void CheckpointManager::point_latest(const std::string& final_path) {
 
 void CheckpointManager::commit(const std::string& final_path) {
   const std::string tmp = final_path + ".tmp";
-  if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
-    throw IoError("cannot rename " + tmp + " to " + final_path + ": " + std::strerror(errno));
-  fsync_dir(dir_);
+  io::commit_temp(tmp, final_path, "checkpoint");  // refuses a link or device planted at final_path
   point_latest(final_path);
   // Rotation: this run's files only, newest save first; the file just written is the newest.
   std::vector<StepFile> own;
@@ -235,7 +229,7 @@ std::optional<std::string> CheckpointManager::find_resume(const std::string& res
         if (!rank0) return;
         std::string aside = candidate + ".bad";
         std::error_code ec;
-        for (int i = 2; fs::exists(aside, ec); ++i) aside = candidate + ".bad." + std::to_string(i);
+        for (int i = 2; fs::exists(fs::symlink_status(aside, ec)); ++i) aside = candidate + ".bad." + std::to_string(i);
         if (std::rename(candidate.c_str(), aside.c_str()) != 0)
           throw IoError("cannot rename " + candidate + " to " + aside + ": " + std::strerror(errno));
         log::warn(std::string("checkpoint: skipping ") + candidate + ": " + e.what() + " (renamed to " + aside + ")");

@@ -132,7 +132,9 @@ std::vector<StepFile> list_step_files(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string name = e.path().filename().string();
-    if (!e.is_regular_file(ec) || !std::regex_match(name, m, re)) continue;
+    // lstat: a symbolic link planted under a checkpoint's name is no checkpoint of anyone's.
+    if (e.is_symlink(ec) || !e.is_regular_file(ec)) continue;
+    if (!std::regex_match(name, m, re)) continue;
     StepFile f;
     f.step = std::stoll(m[1]);
     f.path = e.path().string();
@@ -154,7 +156,8 @@ std::vector<StepFile> list_step_files(const std::string& dir) {
 
 std::unique_ptr<DirLock> DirLock::acquire(const std::string& dir, const std::string& what) {
   const std::string path = (fs::path(dir) / kLockName).string();
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a planted link, never a FIFO or device (io::open_in_place).
+  int fd = io::open_in_place(path, O_RDWR, "the lock file of " + what);
   if (fd < 0)
     throw UserError("cannot create the lock file " + path + " of " + what + ": " + std::strerror(errno));
   auto content = [&] {
@@ -224,6 +227,7 @@ std::string move_aside(const std::string& dir, const std::string& label, const s
   if (ec) throw IoError("cannot create " + target.string() + ": " + ec.message());
   for (const std::string& f : files) {
     const fs::path to = target / fs::path(f).filename();
+    io::check_output_path(to.string(), "move_aside target");
     if (std::rename(f.c_str(), to.c_str()) != 0)
       throw IoError("cannot move " + f + " to " + to.string() + ": " + std::strerror(errno));
   }

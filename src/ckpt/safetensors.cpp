@@ -133,6 +133,30 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
     e.end = base + static_cast<int64_t>(en);
     out.push_back(std::move(e));
   }
+  // The data buffer is the tensors back to back, as the format requires: sorted by offset,
+  // each begins where the previous ended (no overlap: two names must not share bytes; no
+  // gap) and the last ends at the end of the file.
+  std::vector<const SafetensorsEntry*> by_offset;
+  for (const SafetensorsEntry& e : out) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  int64_t at = base;
+  const SafetensorsEntry* prev = nullptr;
+  for (const SafetensorsEntry* e : by_offset) {
+    if (e->begin < at)
+      throw UserError(what + ": tensor '" + e->name + "' (bytes [" + std::to_string(e->begin - base) + ", " +
+                      std::to_string(e->end - base) + ")) overlaps tensor '" + (prev ? prev->name : "") +
+                      "' (a crafted or damaged header)");
+    if (e->begin > at)
+      throw UserError(what + ": " + std::to_string(e->begin - at) + " bytes before tensor '" + e->name +
+                      "' belong to no tensor (the data must be the tensors back to back)");
+    at = e->end;
+    prev = e;
+  }
+  if (at != size)
+    throw UserError(what + ": " + std::to_string(size - at) +
+                    " bytes at the end of the file belong to no tensor (the data must be the tensors back to back)");
   return out;
 }
 

@@ -171,15 +171,16 @@ constexpr double kCleanupSeconds = 60;  // an agreed clean-up is a few ms; this 
 
 // Creates path.tmp on rank 0 with POSIX calls first: the reason a directory refuses the file
 // (read-only, permissions, no space for even a reservation) comes back as errno, before any
-// HDF5 call. Returns the failure message ("" = ok).
+// HDF5 call. The name is created exclusively (io::create_temp: a planted link or device there
+// is refused, a stale temporary removed) and removed again: H5Fcreate then creates it with
+// H5F_ACC_EXCL, so HDF5 never opens a name someone else put there. Returns the failure
+// message ("" = ok); UserError for a planted name.
 std::string rank0_prepare(const std::string& tmp, int64_t need, int64_t free_before) {
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return "cannot create the file: " + io::errno_text(errno);
-  ::close(fd);
-  // A reservation now (not only after H5Fcreate, which truncates the file): a disk that is
-  // already full, or a quota already used up, then fails before HDF5 ever opens the file.
+  ::close(io::create_temp(tmp, "checkpoint"));
+  // A reservation now: a disk that is already full, or a quota already used up, then fails
+  // before HDF5 ever opens the file.
   std::string why = detail::reserve_space(tmp, need, free_before);
-  if (!why.empty()) ::unlink(tmp.c_str());
+  ::unlink(tmp.c_str());
   return why;
 }
 
@@ -209,6 +210,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
 
   runtime::run_agreed(world, [&] {
     if (rank != 0) return;
+    if (opts.atomic) io::check_output_path(path, "checkpoint");
     std::string why = rank0_prepare(tmp, need, free_before);
     if (!why.empty()) throw IoError(where + why);
   });
@@ -226,9 +228,9 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
     std::vector<H5Id> datasets;
     {
       std::string failure;
-      hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
+      // EXCL: rank 0 creates the file with O_EXCL (MPI_MODE_EXCL), which follows no link.
+      hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl, fapl);
       if (f < 0) {
-        if (rank == 0) ::unlink(tmp.c_str());  // rank0_prepare made it
         failure = where + "cannot create the file with MPI-IO: " + detail::h5_innermost_message();
       } else {
         file = H5Id(f, H5Fclose);
@@ -396,12 +398,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
   if (opts.atomic) {
     runtime::run_agreed(world, [&] {
       if (rank != 0) return;
-      if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int e = errno;
-        ::unlink(tmp.c_str());
-        throw IoError("checkpoint " + tmp + ": cannot rename it to " + path + ": " + io::errno_text(e));
-      }
-      if (int e = io::fsync_dir(dir)) throw IoError("checkpoint " + path + ": fsync of " + dir + " failed: " + io::errno_text(e));
+      io::commit_temp(tmp, path, "checkpoint");
     });
   }
   ST_MPI_CHECK(MPI_Barrier(world));

@@ -123,15 +123,23 @@ void consolidate_checkpoint(const std::string& path, const std::string& out_path
   H5Id fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
   ST_H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST));
   const std::string tmp = out_path + ".tmp";
-  hid_t o = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
-  if (o < 0) throw UserError("cannot create " + tmp);
-  H5Id out(o, H5Fclose);
-  hid_t out_id = out.get();
-  ST_H5_CHECK(H5Aiterate2(file, H5_INDEX_NAME, H5_ITER_INC, nullptr, copy_attr, &out_id));
-  for (const char* g : {kModelGroup, kOptimGroup, kTrainGroup})
-    ST_H5_CHECK(H5Ocopy(file, g, out, g, H5P_DEFAULT, H5P_DEFAULT));
-  out.close();
-  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) throw UserError("cannot rename " + tmp + " to " + out_path);
+  io::check_output_path(out_path, "ckpt consolidate output");
+  io::clear_temp_name(tmp, "ckpt consolidate output");
+  // EXCL: HDF5 creates the name with O_EXCL, following no link planted there.
+  hid_t o = H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl, fapl);
+  if (o < 0) throw UserError("cannot create " + tmp + " (" + detail::h5_innermost_message() + ")");
+  try {
+    H5Id out(o, H5Fclose);
+    hid_t out_id = out.get();
+    ST_H5_CHECK(H5Aiterate2(file, H5_INDEX_NAME, H5_ITER_INC, nullptr, copy_attr, &out_id));
+    for (const char* g : {kModelGroup, kOptimGroup, kTrainGroup})
+      ST_H5_CHECK(H5Ocopy(file, g, out, g, H5P_DEFAULT, H5P_DEFAULT));
+    out.close();
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  io::commit_temp(tmp, out_path, "ckpt consolidate output");
 }
 
 void refuse_overwriting_inputs(const std::string& out, const std::vector<std::string>& inputs,
@@ -150,6 +158,33 @@ void refuse_overwriting_inputs(const std::string& out, const std::vector<std::st
                         " is the input " + in + "; refusing to overwrite it: write to another path");
     }
   }
+  // A link, device node or FIFO at the output name is refused before any work is done
+  // (exit 2); the writer checks again when it renames its temporary onto it.
+  io::check_output_path(out, what + " output");
+}
+
+namespace {
+// The model's parameters in the model's order, each with its shape; nothing else.
+std::vector<Entry> expected_entries(hid_t file, const std::string& path, const std::vector<ExpectedTensor>& expected) {
+  std::vector<Entry> params;
+  std::set<std::string> want;
+  for (const ExpectedTensor& t : expected) {
+    want.insert(t.name);
+    params.push_back({model_path(t.name), check_dataset(file, path, model_path(t.name), Elem::F32, &t.shape)});
+  }
+  for (const auto& n : list_links(file, kModelGroup))
+    if (!want.count(n))
+      throw UserError(path + ": dataset /" + model_path(n) + " is not a parameter of the model its model_spec describes");
+  std::vector<DatasetCheck> checks;
+  for (const Entry& e : params) checks.push_back(e.check);
+  check_total_size(file, path, checks);
+  return params;
+}
+}  // namespace
+
+void check_model_datasets(const std::string& path, const std::vector<ExpectedTensor>& expected) {
+  H5Id file = open_checkpoint(path, MPI_COMM_NULL);
+  file_errors_are_user_errors(path, [&] { expected_entries(file, path, expected); });
 }
 
 void export_safetensors(const std::string& path, const std::string& out_path,
@@ -159,16 +194,7 @@ void export_safetensors(const std::string& path, const std::string& out_path,
   std::vector<Entry> params;
   file_errors_are_user_errors(path, [&] {
     if (expected) {
-      // The model's parameters in the model's order, each with its shape; nothing else.
-      std::set<std::string> want;
-      for (const ExpectedTensor& t : *expected) {
-        want.insert(t.name);
-        params.push_back({model_path(t.name), check_dataset(file, path, model_path(t.name), Elem::F32, &t.shape)});
-      }
-      for (const auto& n : list_links(file, kModelGroup))
-        if (!want.count(n))
-          throw UserError(path + ": dataset /" + model_path(n) +
-                          " is not a parameter of the model its model_spec describes");
+      params = expected_entries(file, path, *expected);
     } else {
       for (const auto& n : list_links(file, kModelGroup))
         params.push_back({model_path(n), check_dataset(file, path, model_path(n), Elem::F32, nullptr)});
@@ -188,23 +214,19 @@ void export_safetensors(const std::string& path, const std::string& out_path,
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned, as safetensors writes it
-  const std::string tmp = out_path + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) throw UserError("cannot create " + tmp);
+  io::OutputFile out(out_path, "ckpt export output");  // out.tmp, renamed by commit(); removed on error
   uint64_t hlen = h.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(hlen >> (8 * i));
-  out.write(reinterpret_cast<const char*>(le), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  out.write(le, 8);
+  out.write(h);
   file_errors_are_user_errors(path, [&] {
     for (const Entry& e : params) {
       std::vector<unsigned char> data = read_whole(file, path, e);
-      out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+      out.write(data.data(), data.size());
     }
   });
-  out.close();
-  if (!out) throw UserError("cannot write " + tmp);
-  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) throw UserError("cannot rename " + tmp + " to " + out_path);
+  out.commit();
 }
 
 }  // namespace shardtrain::ckpt

@@ -36,6 +36,38 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+namespace {
+// The first link of the file that is not a hard link (H5Lvisit descends through hard links
+// only, so nothing is opened through the link it reports).
+struct ForeignLink {
+  std::string name;
+  H5L_type_t type = H5L_TYPE_HARD;
+};
+herr_t find_foreign_link(hid_t, const char* name, const H5L_info_t* info, void* out) {
+  if (info->type == H5L_TYPE_HARD) return 0;
+  auto* f = static_cast<ForeignLink*>(out);
+  f->name = name;
+  f->type = info->type;
+  return 1;  // stop
+}
+
+// Every link inside the file must be a hard link: a soft link can make a dataset name another
+// one, an external link another file's data (docs/security.md). Checked before any object of
+// the file is opened by name.
+void refuse_foreign_links(hid_t file, const std::string& what) {
+  ForeignLink f;
+  if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, find_foreign_link, &f) < 0)
+    throw UserError(what + ": cannot list its links (" + detail::h5_innermost_message() + ")");
+  if (f.name.empty()) return;
+  const std::string kind = f.type == H5L_TYPE_SOFT       ? "a soft link"
+                           : f.type == H5L_TYPE_EXTERNAL ? "an external link (to another file)"
+                                                         : "a user-defined link";
+  throw UserError(what + ": /" + f.name + " is " + kind +
+                  "; shardtrain checkpoints hold hard links only, and a checkpoint never makes shardtrain read "
+                  "another object or file (a file not written by shardtrain, or edited)");
+}
+}  // namespace
+
 H5Id open_checkpoint(const std::string& path, MPI_Comm comm) {
   // HDF5 open()s the path: a FIFO would block there forever, a device read nonsense.
   struct stat st {};
@@ -54,6 +86,7 @@ H5Id open_checkpoint(const std::string& path, MPI_Comm comm) {
   }
   H5Id file(f, H5Fclose);
   const std::string what = "checkpoint " + path;
+  refuse_foreign_links(file, what);
   std::string format = read_attr_string(file, "format", what);
   if (format != kFormatName) throw UserError(what + ": format is '" + format + "', not '" + kFormatName + "'");
   int64_t version = read_attr_int64(file, "version", what);
@@ -109,6 +142,10 @@ DatasetCheck check_dataset(hid_t file, const std::string& file_path, const std::
     // The writer makes every dataset contiguous (docs/checkpoint-format.md). A chunked or
     // compact one cannot be size-checked against the file (a chunked dataset may declare
     // 2^40 elements and store none, and reading it then takes forever): refuse it.
+    // External storage: the data would come from other files, named by the file itself.
+    if (H5Pget_external_count(dcpl) != 0)
+      throw UserError(what + ": its data is stored in external files; shardtrain checkpoints hold their data "
+                      "inside the file (a file not written by shardtrain, or edited)");
     const H5D_layout_t layout = H5Pget_layout(dcpl);
     if (layout != H5D_CONTIGUOUS)
       throw UserError(what + ": stored with a " +

@@ -42,7 +42,7 @@ std::string reserve_space(const std::string& tmp, int64_t bytes, int64_t free_be
   if (reserved) *reserved = false;
   const char* skip = std::getenv("SHARDTRAIN_TEST_NO_PREALLOCATE");
   if (skip && std::strcmp(skip, "1") == 0) return "";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return "write failed: " + io::errno_text(errno);
   // Mode 0 (not KEEP_SIZE): the size grows to the reservation, and HDF5's truncate at close
   // (MPI_File_set_size to its end of allocation) gives back whatever the estimate overshot.

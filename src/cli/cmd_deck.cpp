@@ -10,6 +10,7 @@
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/file_io.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -72,10 +73,7 @@ int run_reference(runtime::Runtime& rt, const std::string& out, bool json) {
       std::cout << md << std::flush;
       return;
     }
-    std::ofstream f(out, std::ios::binary);
-    f << md;
-    f.close();
-    ST_USER_CHECK(f, out, ": cannot write the deck reference there");
+    io::write_file_atomic(out, md);  // never through a planted link (util/file_io.h)
   });
   return kExitOk;
 }

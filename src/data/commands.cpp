@@ -11,6 +11,7 @@
 #include "shardtrain/data/token_dataset.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/file_io.h"
 
 namespace shardtrain::data {
 namespace {
@@ -21,6 +22,7 @@ void refuse_overwrite(const std::string& what, const std::string& out, const std
       !ec)
     throw UserError(what + ": the output '" + out + "' is the input '" + in +
                     "'; refusing to overwrite it: write to another path");
+  io::check_output_path(out, what + " output");  // a planted link or device: refused up front
 }
 }  // namespace
 

@@ -25,6 +25,7 @@
 #include "shardtrain/data/token_dataset.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/file_io.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::data {
@@ -304,8 +305,8 @@ void append_le(std::string& out, const std::vector<std::int32_t>& ids, int width
 // Collective: this rank's bytes at byte offset `offset` of `path` (created, truncated).
 void write_at(const std::string& path, const std::string& bytes, std::int64_t offset, MPI_Comm world) {
   MPI_File fh = MPI_FILE_NULL;
-  ST_MPI_CHECK(MPI_File_open(world, path.c_str(), MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &fh));
-  ST_MPI_CHECK(MPI_File_set_size(fh, 0));
+  // EXCL: rank 0 creates the name with O_EXCL (no link followed); the caller cleared it.
+  ST_MPI_CHECK(MPI_File_open(world, path.c_str(), MPI_MODE_CREATE | MPI_MODE_EXCL | MPI_MODE_WRONLY, MPI_INFO_NULL, &fh));
   constexpr std::size_t kChunk = std::size_t{1} << 30;
   for (std::size_t done = 0; done < bytes.size(); done += kChunk) {
     const int n = static_cast<int>(std::min(kChunk, bytes.size() - done));
@@ -569,6 +570,10 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
     if (rank != 0) return;
     make_dirs(a.out_dir);
     std::error_code ec;
+    for (const char* f : {"/train.bin", "/val.bin", "/meta.json", "/train.mask", "/val.mask"})
+      io::check_output_path(a.out_dir + f, "data prepare output");
+    for (const std::string& t : {train_tmp, val_tmp, a.out_dir + "/train.mask.tmp", a.out_dir + "/val.mask.tmp"})
+      io::clear_temp_name(t, "data prepare output");
     fs::remove(a.out_dir + "/meta.json", ec);  // an older dataset here is no longer complete
     ST_USER_CHECK(!fs::exists(a.out_dir + "/meta.json", ec), "data prepare: cannot replace '", a.out_dir, "/meta.json'");
     if (!instruct)  // a mask left by an older instruction dataset here would no longer match
@@ -598,9 +603,7 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
   std::string summary;
   agreed([&] {
     if (rank != 0) return;
-    for (const auto& [tmp, fin] : renames)
-      if (std::rename(tmp.c_str(), fin.c_str()) != 0)
-        throw IoError("data prepare: cannot rename '" + tmp + "' to '" + fin + "': " + std::strerror(errno));
+    for (const auto& [tmp, fin] : renames) io::commit_temp(tmp, fin, "data prepare output");
     write_token_meta(a.out_dir, meta);
     const double s = std::chrono::duration<double>(clock::now() - t0).count();
     std::ostringstream os;

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/file_io.h"
 #include "shardtrain/util/small_file.h"
 
 namespace shardtrain::data {
@@ -45,14 +46,9 @@ std::string read_file(const std::string& path, std::uint64_t max_bytes, const st
 }
 
 void write_file(const std::string& path, const void* data, std::size_t size) {
-  std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  ST_USER_CHECK(f, "cannot create '", tmp, "': ", std::strerror(errno));
-  bool ok = size == 0 || std::fwrite(data, 1, size, f) == size;
-  ok = (std::fclose(f) == 0) && ok;
-  ST_USER_CHECK(ok, "error writing '", tmp, "' (", size, " bytes): ", std::strerror(errno));
-  ST_USER_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path,
-                "': ", std::strerror(errno));
+  // The one way outputs are created (util/file_io.h): a temporary made exclusively, never
+  // through a planted link, renamed onto a path that is absent or a regular file.
+  io::write_file_atomic(path, data, size);
 }
 
 void make_dirs(const std::string& dir) {

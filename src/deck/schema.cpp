@@ -24,6 +24,7 @@ class Key {
   Key& below(double v) { at_most(v); s_.max_exclusive = true; return *this; }
   Key& one_of(std::vector<std::string> c) { s_.choices = std::move(c); return *this; }
   Key& non_empty() { s_.non_empty = true; return *this; }
+  Key& inside(const char* base) { s_.inside = base; return *this; }
   operator KeySpec() const { return s_; }
 
  private:
@@ -45,7 +46,7 @@ const std::vector<std::string> kDtypes = choices::as_list(choices::kDtypes);
 std::vector<KeySpec> build_schema() {
   return {
     // [run]
-    Str("run.name", "quickstart", "run name; the default output directory is runs/<name>").non_empty(),
+    Str("run.name", "quickstart", "run name; the default output directory is runs/<name> (a relative path that stays inside runs/)").non_empty().inside("runs/"),
     Int("run.seed", 1234, "seed of parameter init, data order and dropout").at_least(0),
     Str("run.out_dir", "", "output directory (metrics, resolved deck, checkpoints); \"\" = runs/<run.name>"),
     Int("run.threads", 0,
@@ -68,7 +69,8 @@ std::vector<KeySpec> build_schema() {
         "ranks that share one sharded replica (must divide the world size); 0 = ranks per host")
         .at_least(0).at_most(kMaxRanks).unit("ranks"),
     Int("parallel.simulate_ranks_per_host", 0,
-        "pretend every k consecutive ranks form a host (tests on one machine); 0 = real hosts")
+        "pretend every k consecutive ranks form a host (tests on one machine; the last host holds the rest "
+        "when k does not divide the world size); 0 = real hosts")
         .at_least(0).at_most(kMaxRanks).unit("ranks"),
 
     // [comm]
@@ -254,7 +256,7 @@ std::vector<KeySpec> build_schema() {
 
     // [log]
     Int("log.every", 10, "print and record metrics every this many steps").at_least(1).unit("steps"),
-    Str("log.metrics_file", "metrics.jsonl", "JSON-lines metrics file, relative to run.out_dir; \"\" = none"),
+    Str("log.metrics_file", "metrics.jsonl", "JSON-lines metrics file, relative to run.out_dir and inside it (no absolute path, no ..); \"\" = none").inside("run.out_dir"),
     Float("log.peak_tflops", 0.0, "peak throughput per rank for MFU (a GPU's datasheet figure); 0 = the CPU's theoretical peak, or a matmul measured at start where that is higher")
         .at_least(0).at_most(1e9).unit("TFLOP/s"),
 
@@ -268,6 +270,9 @@ std::vector<KeySpec> build_schema() {
         .at_least(1).at_most(1 << 20),
     Str("checkpoint.resume", "auto", "auto = latest in checkpoint.dir if any, never, or a checkpoint path")
         .non_empty(),
+    Bool("checkpoint.allow_data_change", false,
+         "resume even when data.dataset differs from the data the checkpoint was trained on (files, sizes or "
+         "content changed); false = exit 2 naming what changed; true = a warning in the log and the metrics"),
     Bool("checkpoint.async", false, "write checkpoints in the background while training continues"),
     Str("checkpoint.previous_run", "error",
         "a run that starts fresh (resume = never, or a checkpoint of another run) where checkpoint.dir holds "

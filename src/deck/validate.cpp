@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "deck_detail.h"
+#include "shardtrain/util/path_inside.h"
 
 namespace shardtrain::deck::detail {
 
@@ -23,11 +24,20 @@ std::string check_value(const KeySpec& spec, const Value& v) {
   }
   if (spec.type == Type::String) {
     const auto& s = std::get<std::string>(v);
+    // A NUL would cut the value short wherever it becomes a C string (a path, a name).
+    if (s.find('\0') != std::string::npos) return "must not contain a NUL character";
     if (spec.non_empty && s.empty()) return "must not be empty";
+    if (!spec.inside.empty() && !s.empty()) {
+      const std::string why = path_escape_reason(s);
+      if (!why.empty()) return "must be a relative path that stays inside " + spec.inside + "; " + why + " (got " + quoted(s) + ")";
+    }
     if (!spec.choices.empty() &&
         std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end())
       return "must be one of: " + allowed_text(spec) + "; got " + quoted(s);
   }
+  if (spec.type == Type::StringList)
+    for (const std::string& s : std::get<std::vector<std::string>>(v))
+      if (s.find('\0') != std::string::npos) return "must not contain a NUL character (in " + quoted(s) + ")";
   return "";
 }
 

@@ -1,6 +1,8 @@
 // open_groups: topology, compute device, mesh and a strategy's communicators, decided once.
 #include "shardtrain/fsdp/strategy_comms.h"
 
+#include <algorithm>
+
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/util/choices.h"
@@ -67,11 +69,27 @@ c10::Device select_device(const std::string& want, MPI_Comm world) {
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(host.rank % gpus));
 }
 
+namespace {
+// The mesh's shard group size for a strategy. full_shard, shard_grad_op and no_shard shard or
+// replicate over the whole world and use no per-host group (except full_shard's ZeRO++ hpZ
+// secondary shards, one per host): with hosts of unequal rank counts (Slurm's --ntasks=3 on two
+// nodes: 2 + 1) and shard_group_size = 0 (ranks per host) their mesh is one group of all ranks.
+// The hybrid strategies need equal groups, and DeviceMesh says so.
+int mesh_group_size(const GroupOptions& o, const runtime::Topology& t) {
+  if (o.shard_group_size != 0 || is_hybrid(o.strategy) || (o.secondary_shards && o.strategy == Strategy::FullShard))
+    return o.shard_group_size;
+  const auto first = std::count(t.host_of_rank.begin(), t.host_of_rank.end(), 0);
+  for (int h = 1; h < t.num_hosts; ++h)
+    if (std::count(t.host_of_rank.begin(), t.host_of_rank.end(), h) != first) return t.world_size;
+  return 0;  // equal hosts: rows per host, as before
+}
+}  // namespace
+
 ShardedGroups open_groups(MPI_Comm world, const GroupOptions& o) {
   ShardedGroups g;
   runtime::run_agreed(world, [&] {
     g.topo = runtime::discover_topology(world, o.simulate_ranks_per_host);
-    g.mesh = std::make_unique<runtime::DeviceMesh>(world, g.topo, o.shard_group_size);
+    g.mesh = std::make_unique<runtime::DeviceMesh>(world, g.topo, mesh_group_size(o, g.topo));
   });
   g.device = select_device(o.device, world);
   runtime::run_agreed(world, [&] {

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "shardtrain/util/cpu_isa.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/torch_compat.h"
@@ -68,16 +70,18 @@ bool write_cache(const std::string& file, const Entry& e) {
     if (o.key != e.key) text << o.key << '\t' << o.path << '\t' << o.native << '\t' << o.fp32 << '\n';
   text << e.key << '\t' << e.path << '\t' << e.native << '\t' << e.fp32 << '\n';
   const std::string tmp = file + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text.str();
-    if (!out.flush()) {
+  // A temporary of this process, created exclusively and renamed (util/file_io.h): a cache
+  // directory shared with others cannot make this write through a planted link.
+  try {
+    const int fd = io::create_temp(tmp, "bf16 cache");
+    const std::string t = text.str();
+    const bool ok = ::write(fd, t.data(), t.size()) == static_cast<ssize_t>(t.size());
+    if (::close(fd) != 0 || !ok) {
       std::remove(tmp.c_str());
       return false;
     }
-  }
-  if (std::rename(tmp.c_str(), file.c_str()) != 0) {
-    std::remove(tmp.c_str());
+    io::commit_temp(tmp, file, "bf16 cache");
+  } catch (const Error&) {
     return false;
   }
   return true;

@@ -2,6 +2,7 @@
 #include "checkpointer.h"
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
@@ -19,7 +20,12 @@ Checkpointer::Checkpointer(ckpt::CheckpointManager& mgr, fsdp::Engine& engine, f
 
 void Checkpointer::save(const LoopPosition& pos, const std::string& why) {
   Timer save_timer;
-  const ckpt::TrainState st = make_train_state(pos, global_batch_, seed_, world_, device_, guarantee_);
+  ckpt::TrainState st = make_train_state(pos, global_batch_, seed_, world_, device_, guarantee_);
+  if (!data_identity_.empty()) {
+    nlohmann::json extra = nlohmann::json::parse(st.extra_json);
+    extra["data"] = nlohmann::json::parse(data_identity_);
+    st.extra_json = extra.dump();
+  }
   const std::string path = mgr_.save(pos.step, engine_, opt_, st, info_);
   schedule_.saved();
   if (path.empty()) return;  // refused (non-finite state; the manager said so)

@@ -30,6 +30,8 @@ class Checkpointer {
   int64_t last_saved() const { return last_saved_; }  // -1: none in this run
   // train.reproducible's dependencies, stored in every checkpoint's /train (leaf_plan.h).
   void record_guarantee(std::string json) { guarantee_ = std::move(json); }
+  // data_identity.h's text, stored as /train extra "data" in every checkpoint.
+  void record_data_identity(std::string json) { data_identity_ = std::move(json); }
 
  private:
   void save(const LoopPosition& pos, const std::string& why);
@@ -44,7 +46,7 @@ class Checkpointer {
   int64_t last_saved_;
   MPI_Comm world_;
   int rank_ = 0;
-  std::string guarantee_;
+  std::string guarantee_, data_identity_;
 };
 
 }  // namespace shardtrain::train

@@ -2,12 +2,18 @@
 // `eval` and `generate`.
 #include "shardtrain/train/inference_model.h"
 
-#include <filesystem>
+#include <sys/stat.h>
 
+#include <filesystem>
+#include <set>
+
+#include "shardtrain/ckpt/tools.h"
+#include "shardtrain/model/model.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
+#include "shardtrain/util/path_inside.h"
 #include "shardtrain/util/small_file.h"
 
 namespace shardtrain::train {
@@ -18,17 +24,38 @@ std::string resolve_checkpoint_path(const std::string& p, const std::string& wha
   ST_USER_CHECK(!p.empty(), what, ": no checkpoint given");
   if (fs::is_directory(p, ec)) {
     const std::string latest = p + "/latest";
-    ST_USER_CHECK(fs::exists(latest, ec), what, " = '", p, "' is a directory without a 'latest' file: name a ",
+    ST_USER_CHECK(fs::exists(fs::symlink_status(latest, ec)), what, " = '", p,
+                  "' is a directory without a 'latest' file: name a ",
                   "checkpoint file (step_NNNNNNNN.h5) in it, or a checkpoint directory a run wrote");
     std::string name = read_small_file(latest, 4096, "checkpoint 'latest' file");
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     ST_USER_CHECK(!name.empty(), what, ": '", latest, "' is empty");
-    const std::string file = fs::path(name).is_absolute() ? name : p + "/" + name;
-    ST_USER_CHECK(fs::is_regular_file(file, ec), what, ": '", latest, "' names '", file, "', which does not exist");
+    // `latest` names a file next to it, nothing else (docs/security.md): a directory from
+    // someone else cannot send the reader to an absolute or ../ path.
+    const std::string why = plain_name_reason(name);
+    ST_USER_CHECK(why.empty(), what, ": '", latest, "' must name a checkpoint file in ", p, " (a plain file name), but ",
+                  why);
+    const std::string file = p + "/" + name;
+    struct stat st {};
+    ST_USER_CHECK(::lstat(file.c_str(), &st) == 0, what, ": '", latest, "' names '", file, "', which does not exist");
+    ST_USER_CHECK(S_ISREG(st.st_mode), what, ": '", latest, "' names '", file,
+                  "', which is not a regular file (a symbolic link, directory or device is not followed)");
     return file;
   }
   ST_USER_CHECK(fs::is_regular_file(p, ec), what, " = '", p, "': no such checkpoint file or directory");
   return p;
+}
+
+std::vector<ckpt::ExpectedTensor> checkpoint_parameters(const model::ModelSpec& spec) {
+  // The model on the meta device: shapes only, no memory, whatever the spec claims.
+  std::shared_ptr<model::Model> net = model::build_model(spec, at::kMeta);
+  std::vector<ckpt::ExpectedTensor> expected;
+  std::set<const void*> seen;  // a tied weight registered twice is one tensor
+  for (const auto& q : net->named_parameters(/*recurse=*/true)) {
+    if (!seen.insert(q.value().unsafeGetTensorImpl()).second) continue;
+    expected.push_back({q.key(), q.value().sizes().vec()});
+  }
+  return expected;
 }
 
 deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::string>& overrides) {
@@ -60,6 +87,16 @@ deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::
 }
 
 std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck::Deck& d, const std::string& ckpt_path) {
+  int rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  // Not a checkpoint at all, or one whose recorded model does not match its datasets (a
+  // crafted deck claiming a model far larger than the file): one UserError before anything is
+  // allocated or read collectively (the load checks the rest, digests included).
+  runtime::run_agreed(world, [&] {
+    if (rank != 0) return;
+    ckpt::read_checkpoint_meta(ckpt_path);
+    ckpt::check_model_datasets(ckpt_path, checkpoint_parameters(model_spec_from_deck(d)));
+  });
   auto m = std::make_unique<InferenceModel>();
   m->path = ckpt_path;
   m->job = open_sharded_job(world, d);
@@ -69,13 +106,6 @@ std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck:
   fsdp::InitFn zeros = [](const std::string&, at::Tensor& t) { t.zero_(); };
   m->engine = std::make_unique<fsdp::Engine>(*m->job.net, m->job.comms.engine(), m->job.engine_options, zeros);
   m->optimizer = std::make_unique<fsdp::ShardedOptimizer>(*m->engine, opt_cfg);
-  int rank = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
-  // Not a checkpoint at all: one UserError before any collective read (the load checks the rest,
-  // digests included).
-  runtime::run_agreed(world, [&] {
-    if (rank == 0) ckpt::read_checkpoint_meta(ckpt_path);
-  });
   ckpt::load_checkpoint(ckpt_path, *m->engine, *m->optimizer, m->state, world);
   return m;
 }

@@ -27,6 +27,8 @@ struct TrainerSettings {
   double peak_tflops = 0;    // 0 = measure
   // [checkpoint]
   std::string ckpt_dir, resume, previous_run, init_from;
+  bool allow_data_change = false;  // checkpoint.allow_data_change
+  std::string dataset;             // data.dataset ("" = synthetic items)
   int64_t every_steps = 0;
   double every_minutes = 0;
   int keep_last = 1;

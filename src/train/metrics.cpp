@@ -107,6 +107,12 @@ void MetricsLog::log_eval(const EvalRecord& r) {
   agreed_write([&] { out_.append(line); });
 }
 
+void MetricsLog::log_event(int64_t step, const std::string& kind, const std::string& detail) {
+  std::string line;
+  if (enabled_) line = nlohmann::json{{"step", step}, {"event", kind}, {"detail", detail}}.dump() + "\n";
+  agreed_write([&] { out_.append(line); });
+}
+
 std::string MetricsLog::format_eval(const EvalRecord& r) {
   nlohmann::json j = {{"step", r.step}, {"val_loss", r.val_loss}, {"val_ppl", std::exp(std::min(r.val_loss, 50.0))}};
   std::string acc;

@@ -9,9 +9,11 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "checkpointer.h"
+#include "data_identity.h"
 #include "data_source.h"
 #include "divergence.h"
 #include "fault_hook.h"
@@ -76,6 +78,7 @@ auto out_of_memory_is_user_error(int64_t step, F&& fn) -> decltype(fn()) {
 struct StartPoint {
   LoopPosition pos;
   int64_t resumed_step = -1;  // -1: a fresh start
+  std::string data_change;    // what differs from the checkpoint's data (allowed by the deck)
 };
 
 // Resume (the newest usable checkpoint of this run, or the one named), else a fresh start
@@ -83,18 +86,24 @@ struct StartPoint {
 StartPoint resume_or_start(const TrainerSettings& s, const RunDirs& run_dirs, ckpt::CheckpointManager& ckpts,
                            fsdp::Engine& engine, fsdp::ShardedOptimizer& optimizer, const DataSource& data,
                            int64_t global_batch, const c10::Device& device, int rank, int size, MPI_Comm world,
-                           const std::string& guarantee) {
+                           const std::string& guarantee, const std::string& data_id) {
   StartPoint sp;
-  std::string notes;
+  std::string notes, data_change;
   // A candidate whose loop state cannot be restored (data cursor, generator states) is
   // skipped before any weight is loaded, like one that does not verify.
   auto restorable = [&](const std::string& path) {
     runtime::run_agreed(world, [&] {
       notes.clear();
+      data_change.clear();
       try {
-        sp.pos = apply_train_state(ckpt::read_train_state(path), path, global_batch, s.seed, rank, size, notes, device,
-                                   guarantee);
+        const ckpt::TrainState st = ckpt::read_train_state(path);
+        sp.pos = apply_train_state(st, path, global_batch, s.seed, rank, size, notes, device, guarantee);
         data.check_cursor(sp.pos.cursor);
+        // Checked after the choice, not here: a checkpoint of other data is not a bad file
+        // to set aside, and the resume must stop rather than fall back to an older one.
+        const nlohmann::json extra = nlohmann::json::parse(st.extra_json, nullptr, false);
+        if (extra.is_object() && extra.contains("data"))
+          data_change = data_identity_differences(extra["data"].dump(), data_id);
       } catch (const UserError&) {
         throw;
       } catch (const std::exception& e) {
@@ -103,6 +112,15 @@ StartPoint resume_or_start(const TrainerSettings& s, const RunDirs& run_dirs, ck
     });
   };
   const std::optional<std::string> from = ckpts.find_resume(run_dirs.resume, restorable);
+  if (from && !data_change.empty()) {
+    runtime::run_agreed(world, [&] {
+      ST_USER_CHECK(s.allow_data_change, *from, " was trained on other data than data.dataset = '", s.dataset, "': ",
+                    data_change, ". Resuming would continue on different data; to do it anyway: --set "
+                    "checkpoint.allow_data_change=true (a warning in the log and metrics), or start a new run");
+    });
+    sp.data_change = data_change;
+    if (rank == 0) log::warn("resuming " + *from + " on other data (checkpoint.allow_data_change = true): " + data_change);
+  }
   if (from) {
     Timer load_timer;
     ckpt::TrainState st;
@@ -219,6 +237,17 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   if (d.is_set("data.tokenizer")) data_keys.tokenizer = d.get_string("data.tokenizer");
   if (d.is_set("data.val_fraction")) data_keys.val_fraction = d.get_float("data.val_fraction");
   runtime::run_agreed(world, [&] { data = open_data(d.get_string("data.dataset"), spec, scfg, spec.seq_len, data_keys); });
+  // What the checkpoints record about the data, compared at resume (rank 0 reads, all know).
+  std::string data_id;
+  runtime::run_agreed(world, [&] {
+    if (rt.rank() == 0) data_id = data_identity(s.dataset);
+  });
+  {
+    int64_t n = static_cast<int64_t>(data_id.size());
+    ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
+    data_id.resize(static_cast<size_t>(n));
+    ST_MPI_CHECK(MPI_Bcast(data_id.data(), static_cast<int>(n), MPI_CHAR, 0, world));
+  }
 
   // ---- engine ------------------------------------------------------------------------
   std::shared_ptr<model::Model> net = job.net;
@@ -278,7 +307,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   // Writable checkpoint dir, a regular `latest`, room for one checkpoint: exit 2 now, not after training.
   ckpt::preflight(ckpts.dir(), engine, optimizer, info, world);
   const StartPoint start = resume_or_start(s, run_dirs, ckpts, engine, optimizer, *data, plan.global_batch, device,
-                                           rt.rank(), rt.size(), world, guarantee);
+                                           rt.rank(), rt.size(), world, guarantee, data_id);
   LoopPosition pos = start.pos;
 
   // ---- the loop's components ----------------------------------------------------------
@@ -296,6 +325,8 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   Checkpointer checkpointer(ckpts, engine, optimizer, info, SaveSchedule(s.every_steps, s.every_minutes, rt.rank(), world),
                             plan.global_batch, s.seed, device, start.resumed_step, world);
   checkpointer.record_guarantee(guarantee);
+  checkpointer.record_data_identity(data_id);
+  if (!start.data_change.empty()) metrics.log_event(start.resumed_step, "data_changed", start.data_change);
 
   // One optimizer step over the global batch at `pos`: forward/backward per micro-batch,
   // clipping, the agreed finiteness test, the update (unless the guard withholds it).

@@ -2,6 +2,7 @@
 #include "shardtrain/util/file_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -61,28 +62,140 @@ int fsync_dir(const std::string& dir) {
   return rc == EINVAL || rc == ENOTSUP ? 0 : rc;
 }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const std::string& what, int err) {
+namespace {
+const char* kind_of(mode_t m) {
+  if (S_ISLNK(m)) return "a symbolic link";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+[[noreturn]] void refuse(const std::string& path, const std::string& what, mode_t m) {
+  throw UserError(what + " " + path + " exists and is " + kind_of(m) +
+                  ", not a regular file: shardtrain never writes through or replaces it (someone else may have "
+                  "put it there; see docs/security.md). Remove it, or write somewhere else");
+}
+}  // namespace
+
+void check_output_path(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    throw IoError(what + " " + path + ": " + errno_text(errno));
+  }
+  if (!S_ISREG(st.st_mode)) refuse(path, what, st.st_mode);
+}
+
+void clear_temp_name(const std::string& tmp, const std::string& what) {
+  check_output_path(tmp, what);
+  // A regular file: a crashed writer's temporary (never read). unlink removes the name only.
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT)
+    throw IoError(what + " " + tmp + ": cannot remove the stale temporary: " + errno_text(errno));
+}
+
+int create_temp(const std::string& tmp, const std::string& what) {
+  clear_temp_name(tmp, what);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd >= 0) return fd;
+  const int e = errno;
+  if (e == EEXIST || e == ELOOP)
+    throw UserError(what + " " + tmp + ": the name appeared while it was being created (someone else is writing "
+                    "in this directory; see docs/security.md)");
+  throw IoError(what + " " + tmp + ": cannot create it: " + errno_text(e));
+}
+
+void commit_temp(const std::string& tmp, const std::string& path, const std::string& what) {
+  try {
+    check_output_path(path, what);
+  } catch (...) {
     ::unlink(tmp.c_str());
-    throw IoError(path + ": " + what + ": " + errno_text(err) +
-                  (err == ENOSPC || err == EDQUOT ? " (" + std::to_string(text.size()) + " bytes to write)" : ""));
-  };
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create " + tmp, errno);
-  int err = write_all(fd, text.data(), text.size());
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && err == 0) err = errno;  // NFS reports deferred write errors here
-  if (err) fail("write failed", err);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp, errno);
-  if (int e = fsync_dir(parent_dir(path))) fail("fsync of the directory failed", e);
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw IoError(what + " " + path + ": cannot rename " + tmp + " to it: " + errno_text(e));
+  }
+  if (int e = fsync_dir(parent_dir(path))) throw IoError(what + " " + path + ": fsync of the directory failed: " + errno_text(e));
+}
+
+int open_in_place(const std::string& path, int flags, const std::string& what) {
+  int fd = ::open(path.c_str(), flags | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int e = errno;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) refuse(path, what, st.st_mode);
+    errno = e;
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const mode_t m = st.st_mode;
+    ::close(fd);
+    refuse(path, what, m);
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+OutputFile::OutputFile(std::string path, std::string what)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), what_(std::move(what)) {
+  check_output_path(path_, what_);  // refused before anything is written
+  fd_ = create_temp(tmp_, what_);
+}
+
+OutputFile::~OutputFile() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void OutputFile::write(const void* data, size_t n) {
+  if (fd_ < 0) throw IoError(what_ + " " + path_ + ": written after commit");
+  if (int err = write_all(fd_, static_cast<const char*>(data), n)) {
+    throw IoError(what_ + " " + path_ + ": write failed: " + errno_text(err) +
+                  (err == ENOSPC || err == EDQUOT ? " (" + std::to_string(written_ + n) + " bytes to write)" : ""));
+  }
+  written_ += n;
+}
+
+void OutputFile::commit() {
+  int err = ::fsync(fd_) == 0 ? 0 : errno;
+  if (::close(fd_) != 0 && err == 0) err = errno;  // NFS reports deferred write errors here
+  fd_ = -1;
+  if (err && err != EINVAL) {
+    ::unlink(tmp_.c_str());
+    throw IoError(what_ + " " + path_ + ": write failed: " + errno_text(err) + " (" + std::to_string(written_) +
+                  " bytes to write)");
+  }
+  commit_temp(tmp_, path_, what_);
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t size) {
+  OutputFile f(path, "file");
+  f.write(data, size);
+  f.commit();
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  write_file_atomic(path, text.data(), text.size());
 }
 
 void AppendFile::open(const std::string& path, bool truncate) {
   close();
   path_ = path;
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0644);
+  fd_ = open_in_place(path, O_WRONLY, "output file");
   if (fd_ < 0) throw IoError(path + ": cannot open for writing: " + errno_text(errno));
+  if (truncate && ::ftruncate(fd_, 0) != 0) {
+    int e = errno;
+    close();
+    throw IoError(path + ": cannot truncate: " + errno_text(e));
+  }
   size_ = ::lseek(fd_, 0, SEEK_END);
   if (size_ < 0) {
     int e = errno;

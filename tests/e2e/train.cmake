@@ -32,6 +32,8 @@ if(TARGET shardtrain)
   add_train_e2e_test(e2e_train_data_keys data_keys.sh 2 "data")
   add_train_e2e_test(e2e_train_ownership ownership.sh 2 "ckpt;fault")
   add_train_e2e_test(e2e_train_divergence divergence.sh 2 "ckpt;fault")
+  # Hosts of 2 + 1 ranks: strategies over all ranks train, hybrid ones are refused (issue #27).
+  add_train_e2e_test(e2e_train_unequal_hosts unequal_hosts.sh 3 "fsdp")
   # data prepare on JSONL / gzip / text corpora: the same bytes at 1, 2, 4 ranks and 1 or 3 threads.
   add_train_e2e_test(e2e_data_prepare_corpus prepare_corpus.sh 2 "data;mpi")
   set_tests_properties(e2e_train_ownership PROPERTIES TIMEOUT 300)  # 9 runs, two of them racing
@@ -44,5 +46,13 @@ if(TARGET shardtrain)
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train/hostile_inputs.sh $<TARGET_FILE:shardtrain> ${MPIEXEC_EXECUTABLE}
             ${SHARDTRAIN_MPIRUN_FLAGS})
   set_tests_properties(e2e_train_hostile_inputs PROPERTIES PROCESSORS 1 TIMEOUT 300 LABELS "e2e;train;deck;data"
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_ess_singleton_isolated=1;H5PY_PYTHON=/usr/bin/python3;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # Shared directories and files from others (issue #27): planted links at every writer's
+  # names, checkpoints with soft/external links, a shell-syntax run directory for `report`,
+  # path keys and `latest` outside their base, NUL in a deck string: exit 2, nothing written.
+  add_test(NAME e2e_train_shared_files
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train/shared_files.sh $<TARGET_FILE:shardtrain> ${MPIEXEC_EXECUTABLE}
+            ${SHARDTRAIN_MPIRUN_FLAGS})
+  set_tests_properties(e2e_train_shared_files PROPERTIES PROCESSORS 1 TIMEOUT 400 LABELS "e2e;train;ckpt;security"
     ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_ess_singleton_isolated=1;H5PY_PYTHON=/usr/bin/python3;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()

@@ -1,4 +1,6 @@
 add_unit_test(NAME test_util SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_util.cpp LIBS shardtrain::util)
+# Creating files in shared directories (planted links, FIFOs, devices) and path keys (docs/security.md).
+add_unit_test(NAME test_util_files SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_util_files.cpp LIBS shardtrain::util)
 
 # GEMM kernel selection (runtime/blas_kernel.h): the decision table, the fp64 check, and whole
 # processes through the driver (default, forced fallback, bits vs the exported core, OPENBLAS_CORETYPE, off switch, mpirun).

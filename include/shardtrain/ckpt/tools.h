@@ -21,6 +21,11 @@ struct ExpectedTensor {
   std::string name;
   std::vector<int64_t> shape;
 };
+// Before a model a checkpoint describes is allocated: its /model datasets are exactly
+// `expected` (names, float32, shapes) and their data fits in the file, so a crafted
+// description (a deck or model_spec claiming a huge model) is refused instead of allocated.
+// UserError naming the first difference. Reads no data. One process.
+void check_model_datasets(const std::string& path, const std::vector<ExpectedTensor>& expected);
 // The /model datasets as a safetensors file (F32, names as in the model, which are the
 // Hugging Face names for GPT-2). Digests are checked while reading. One process. With
 // `expected` (the model the checkpoint says it holds), a missing, misshaped or extra

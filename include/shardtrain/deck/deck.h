@@ -35,6 +35,9 @@ struct KeySpec {
   double min = 0, max = 0;            // Int/Float range, inclusive
   bool min_exclusive = false, max_exclusive = false;  // makes that bound strict (> or <)
   bool non_empty = false;             // String: "" is not allowed
+  // String: a relative path that must stay inside this base (named for messages: "runs/",
+  // "run.out_dir"); "" = not a path key. Checked by path_escape_reason (util/path_inside.h).
+  std::string inside;
 };
 
 // One [section] of a deck, in documentation order.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/tools.h"
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
@@ -19,6 +20,10 @@ namespace shardtrain::train {
 // A checkpoint file, or a checkpoint directory (the file its `latest` names). UserError naming
 // `what` (the flag or key it came from) when neither exists.
 std::string resolve_checkpoint_path(const std::string& path_or_dir, const std::string& what);
+
+// The parameters a checkpoint of `spec`'s model holds (names as in the model, shapes), from
+// the model built on the meta device (no memory): what check_model_datasets compares.
+std::vector<ckpt::ExpectedTensor> checkpoint_parameters(const model::ModelSpec& spec);
 
 // The deck a checkpoint was trained with (its resolved deck), re-read with the keys that only
 // placed the training job (strategy, mesh, offload, recomputation, device, comms) back at their

@@ -55,6 +55,9 @@ class MetricsLog {
   MetricsLog(const std::string& jsonl_path, bool enabled, int64_t resumed_step = -1, MPI_Comm comm = MPI_COMM_NULL);
   void log_step(const StepRecord& r);
   void log_eval(const EvalRecord& r);
+  // A record {"step", "event": kind, "detail"} (a resume on changed data, ...): no loss, so
+  // plots and step tables skip it.
+  void log_event(int64_t step, const std::string& kind, const std::string& detail);
   // Median step time excluding `warmup` first logged steps, throughput and losses; written
   // through summary.json.tmp + rename after the metrics are synced.
   void write_summary(const std::string& json_path, int warmup, double final_loss,

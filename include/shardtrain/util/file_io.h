@@ -2,6 +2,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -21,10 +22,71 @@ std::string parent_dir(const std::string& path);
 // fsync of a directory, so a rename inside it survives a crash. Returns errno (0 = ok).
 int fsync_dir(const std::string& dir);
 
-// Writes `text` to path.tmp, fsyncs it and renames it to `path`: readers see the old file
-// or the whole new one, never an empty or half-written file. On failure path.tmp is
+// ---- Creating files: the one way every writer does it (docs/security.md) ----------------
+// Directories are shared and may hold names planted by someone else. No writer opens an
+// existing name through a symbolic link, writes into a device node or FIFO, or renames over
+// anything but a regular file:
+//  * outputs are written to a temporary `path.tmp` created exclusively (O_CREAT|O_EXCL|
+//    O_NOFOLLOW: a name planted there, link or not, makes the create fail; a stale regular
+//    file left by a crashed writer is removed first) and renamed onto `path` after
+//    check_output_path;
+//  * files written in place (the lock, metrics.jsonl, samples.jsonl) are opened with
+//    O_NOFOLLOW and refused unless fstat says regular file.
+// What stays open (a name swapped between the lstat and the rename, directories above the
+// file that are themselves links) is listed in docs/security.md.
+
+// An existing `path` that is not a regular file (symbolic link, directory, FIFO, device node,
+// socket): UserError (exit 2) "<what> <path> exists and is a symbolic link; ...". Absent or a
+// regular file: returns (the caller may replace it).
+void check_output_path(const std::string& path, const std::string& what);
+
+// Makes `tmp` free for an exclusive create: a stale regular file there is removed, anything
+// else is refused as in check_output_path. For writers whose library creates the file itself
+// (HDF5 with H5F_ACC_EXCL, MPI-IO with MPI_MODE_EXCL).
+void clear_temp_name(const std::string& tmp, const std::string& what);
+
+// clear_temp_name, then open(tmp, O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, 0644).
+// Returns the descriptor; UserError (EEXIST: a name was planted between the check and the
+// create) or IoError (any other errno) naming the file.
+int create_temp(const std::string& tmp, const std::string& what);
+
+// check_output_path(path), then rename(tmp, path) and fsync of the directory. On failure tmp
+// is removed and the error names both files.
+void commit_temp(const std::string& tmp, const std::string& path, const std::string& what);
+
+// Opens `path` for writing in place (flags: O_WRONLY or O_RDWR, optionally O_APPEND), creating
+// it (0644) if absent, never through a symbolic link (O_NOFOLLOW) and never blocking on a
+// FIFO (O_NONBLOCK, cleared after the check); anything but a regular file is refused as in
+// check_output_path (UserError). Never truncates: callers ftruncate after the check.
+// Returns the descriptor, or -1 with errno set when the open itself fails (EACCES, EROFS,
+// ENOENT, ...): the caller names the file's role in its message.
+int open_in_place(const std::string& path, int flags, const std::string& what);
+
+// An output file under construction: `path`.tmp created by create_temp, written with checked
+// writes, renamed onto `path` by commit() (fsync, close, commit_temp). Destroyed without
+// commit() (an exception), the temporary is removed: nothing half-written stays behind.
+class OutputFile {
+ public:
+  OutputFile(std::string path, std::string what);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  void write(const void* data, size_t n);  // IoError naming the file
+  void write(const std::string& s) { write(s.data(), s.size()); }
+  void commit();
+  const std::string& tmp_path() const { return tmp_; }
+
+ private:
+  std::string path_, tmp_, what_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+};
+
+// Writes `text` to path.tmp (OutputFile), fsyncs it and renames it to `path`: readers see the
+// old file or the whole new one, never an empty or half-written file. On failure path.tmp is
 // removed, `path` is untouched, and IoError says which file and why.
 void write_file_atomic(const std::string& path, const std::string& text);
+void write_file_atomic(const std::string& path, const void* data, size_t size);
 
 // An append-only file written record by record (metrics.jsonl). Each append() writes the
 // whole record or nothing: after a failed or short write the file is truncated back to its

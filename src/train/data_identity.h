@@ -1,0 +1,20 @@
+// The identity of the data a run trains on, recorded in its checkpoints (/train extra "data")
+// and compared at resume: a resume on a replaced, truncated or other dataset is refused
+// (checkpoint.allow_data_change = true makes it a warning in the log and the metrics).
+#pragma once
+#include <string>
+
+namespace shardtrain::train {
+
+// JSON text: for a dataset directory, each regular *.bin and *.json file directly in it (the
+// split files and meta.json of a token dataset, the files of an image dataset) with its size
+// and a digest (FNV-1a 64) of its first and last MiB; {"kind":"synthetic"} for synthetic
+// items (dataset_dir empty). Reads at most 2 MiB per file: cheap at every start.
+std::string data_identity(const std::string& dataset_dir);
+
+// "" when `now` describes the same data as `saved` (both data_identity texts); otherwise what
+// changed, one clause per file ("train.bin: 40960 -> 20480 bytes", "val.bin: content differs",
+// "meta.json: missing now").
+std::string data_identity_differences(const std::string& saved, const std::string& now);
+
+}  // namespace shardtrain::train
