@@ -459,6 +459,12 @@ std::shared_ptr<Spec> load_hf_tokenizer(const HfTokenizerFiles& files, const Tok
     }
   }
   s->added = AddedTokens(added, options.specials_in_text);
+  // Ids index dense tables (decoding): a file whose ids leave most of [0, max] unused would
+  // make them huge.
+  const std::int64_t n_tokens = static_cast<std::int64_t>(vocab.size() + added.size());
+  if (max_id >= 2 * n_tokens + 1024)
+    c.fail("model.vocab", "ids go up to " + std::to_string(max_id) + " for " + std::to_string(n_tokens) +
+                              " tokens; such sparse ids are not supported");
 
   add_post_processor(c, j.value("post_processor", json()), "post_processor", *s);
   DecoderSteps dec;

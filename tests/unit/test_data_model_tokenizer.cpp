@@ -211,6 +211,8 @@ TEST_F(ModelTokenizer, BadFilesNameFileAndKey) {
   expect_error({{"model", {{"type", "WordPiece"}, {"vocab", {{"a", 0}}}}}}, "model.type: 'WordPiece'");
   expect_error({{"model", bpe(byte_vocab({}), json::array({"a"}))}, {"pre_tokenizer", kByteLevel}}, "model.merges[0]");
   expect_error({{"model", bpe(json::object(), json::array())}}, "model.vocab");
+  expect_error({{"model", bpe(byte_vocab({}), json::array())}, {"pre_tokenizer", kByteLevel},
+                {"added_tokens", json::array({added(60000000, "<far>", true)})}}, "sparse ids");
   expect_error({{"pre_tokenizer", kByteLevel}}, "model: missing");
   expect_error({{"model", bpe(byte_vocab({}), json::array())},
                 {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}}}},
