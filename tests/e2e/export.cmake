@@ -16,5 +16,12 @@ if(SHARDTRAIN_EXPORT_PYTHON)
               ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
     set_tests_properties(e2e_eval_generate PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS "e2e;mpi"
       FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:")
+    # Instruction data: eval's loss over the counted targets only equals the independent GPT-2's.
+    add_test(NAME e2e_instruction_eval_reference
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export/instruction_eval.sh $<TARGET_FILE:shardtrain>
+              ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
+    set_tests_properties(e2e_instruction_eval_reference PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS "e2e;mpi;data"
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1"
+      FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:")
   endif()
 endif()
