@@ -43,6 +43,8 @@ std::string cmd_prepare(const PrepareArgs& a) {
                 "data prepare: --val-fraction must be in [0, 1) (a fraction of each source held out for "
                 "validation), got ", a.val_fraction);
   const bool mnist = a.sources.size() == 1 && a.sources[0] == "mnist";
+  ST_USER_CHECK(!mnist || a.chat_format.empty(), "data prepare: --chat-format reads instruction rows from JSONL "
+                "files; mnist is an image dataset");
   const double val_fraction = a.val_fraction_given ? a.val_fraction : mnist ? 0.2 : 0.05;
   std::ostringstream os;
   if (mnist) {

@@ -25,5 +25,12 @@ if(SHARDTRAIN_EXPORT_PYTHON)
     set_tests_properties(e2e_hf_models PROPERTIES PROCESSORS 2 TIMEOUT 600 LABELS "e2e;mpi"
       FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:"
       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_ess_singleton_isolated=1")
+    # Instruction data: eval's loss over the counted targets only equals the independent GPT-2's.
+    add_test(NAME e2e_instruction_eval_reference
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export/instruction_eval.sh $<TARGET_FILE:shardtrain>
+              ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
+    set_tests_properties(e2e_instruction_eval_reference PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS "e2e;mpi;data"
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1"
+      FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:")
   endif()
 endif()

@@ -138,7 +138,7 @@ PY
 
 note "splits of one global batch train the same: 1x8, 2x4, 4x2, 1 x (2 of 4)"
 COMMON=(--set train.global_batch=8 --set train.max_steps=5 --set model.dropout=0 --set checkpoint.resume=never)
-train_ok 1 "$T/D1" "${COMMON[@]}" --set train.micro_batch=1
+train_ok 1 "$T/D1" "${COMMON[@]}" --set train.micro_batch=1 --set train.val_every=5 --set train.val_batches=1
 train_ok 2 "$T/D2" "${COMMON[@]}" --set train.micro_batch=1
 train_ok 4 "$T/D4" "${COMMON[@]}" --set train.micro_batch=1
 train_ok 1 "$T/M1" "${COMMON[@]}" --set train.micro_batch=4
@@ -158,6 +158,21 @@ for r in D2 D4 M1; do
        END { exit n > 0 }' "$T/$r.h5diff" || { head -20 "$T/$r.h5diff"; fail "$r's weights differ from D1's by more than 1e-5"; }
   echo "$r: the same training as D1 (losses 1e-5, weights 1e-5)"
 done
+
+note "validation: the mean over the counted targets of the first val windows (= eval --max-windows)"
+"$MPIEXEC" "${MPIFLAGS[@]}" -np 1 "$ST" eval "$DECK" --set "data.dataset=$T/data" --set "run.out_dir=$T/D1" \
+  --set model.dropout=0 --split val --max-windows 8 --out "$T/D1/eval.json" > "$T/D1.eval.log" 2>&1 ||
+  { cat "$T/D1.eval.log"; fail "eval on the masked val split"; }
+grep -q "counted targets" "$T/D1.eval.log" || fail "eval does not report the counted targets"
+"$PY" - "$T/D1/metrics.jsonl" "$T/D1/eval.json" <<'PY' || fail "val_loss != eval loss"
+import json, sys
+val = [json.loads(l) for l in open(sys.argv[1]) if '"val_loss"' in l]
+ev = json.load(open(sys.argv[2]))
+assert len(val) == 1 and val[0]["step"] == 5, val
+rel = abs(val[0]["val_loss"] - ev["loss"]) / ev["loss"]
+print("val_loss %.9f, eval %.9f over %d counted targets, rel %.2e" % (val[0]["val_loss"], ev["loss"], ev["targets"], rel))
+assert rel < 1e-5 and 0 < ev["targets"] < 8 * 32, ev
+PY
 
 note "train.reproducible: 1x8, 2x4, 4x2 the same bits (dropout on)"
 REPRO=(--set train.global_batch=8 --set train.micro_batch=1 --set train.max_steps=4 --set train.reproducible=true
