@@ -336,7 +336,7 @@ std::string hf_config_json(const ModelSpec& s, const std::string& torch_dtype) {
   j["num_hidden_layers"] = s.n_layers;
   j["num_attention_heads"] = s.n_heads;
   j["num_key_value_heads"] = s.n_kv_heads;
-  j["head_dim"] = s.head_dim;
+  j["head_dim"] = head_dim_of(s);
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = s.max_positions > 0 ? s.max_positions : s.seq_len;
   j["rms_norm_eps"] = s.norm_eps;

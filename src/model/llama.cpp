@@ -17,7 +17,7 @@ at::Tensor rope_inv_freq(const ModelSpec& s, c10::Device device) {
   // the same bits as theirs.
   // Computed on the CPU (a few numbers) and moved: the same bits on every device, meta included.
   const auto opts = at::TensorOptions().dtype(at::kFloat);
-  const int64_t hd = s.head_dim;
+  const int64_t hd = head_dim_of(s);
   at::Tensor inv_freq =
       at::pow(s.rope_theta, at::arange(0, hd, 2, opts.dtype(at::kLong)).to(at::kFloat) / static_cast<double>(hd))
           .reciprocal();
@@ -53,7 +53,7 @@ at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope) {
 
 LlamaAttention::LlamaAttention(const ModelSpec& spec, c10::Device device)
     : n_heads_(spec.n_heads), n_kv_heads_(spec.n_kv_heads), dropout_(spec.dropout) {
-  const int64_t d = spec.d_model, hd = spec.head_dim;
+  const int64_t d = spec.d_model, hd = head_dim_of(spec);
   // Llama's attention_bias: q, k, v and o; Qwen2: q, k and v only.
   const bool qkv_bias = spec.attention_bias || spec.qkv_bias;
   q_proj_ = register_module("q_proj", std::make_shared<Linear>(d, n_heads_ * hd, qkv_bias, device));
@@ -152,7 +152,7 @@ ParamInit Llama::init_for(const std::string& name) const {
 }
 
 int64_t Llama::parameter_count(const ModelSpec& s) {
-  const int64_t d = s.d_model, hd = s.head_dim, f = s.d_ff;
+  const int64_t d = s.d_model, hd = head_dim_of(s), f = s.d_ff;
   const int64_t attn = d * s.n_heads * hd * 2 + d * s.n_kv_heads * hd * 2 +
                        (s.attention_bias || s.qkv_bias ? (s.n_heads + 2 * s.n_kv_heads) * hd : 0) +
                        (s.attention_bias ? d : 0);
@@ -165,7 +165,7 @@ double Llama::train_flops_per_token(int64_t seq_len) const {
   const int64_t embedding = spec_.tie_embeddings ? 0 : spec_.vocab_size * spec_.d_model;
   const double n = static_cast<double>(parameter_count(spec_) - embedding);
   // Attention scores and the weighted sum: 2 x 2 x T x (heads x head_dim) per token and layer, x3 for training.
-  return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.n_heads * spec_.head_dim * seq_len);
+  return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.n_heads * head_dim_of(spec_) * seq_len);
 }
 
 // Saved per block: 2 RMSNorms, attention with rotary copies, SwiGLU; the root adds the embedding
@@ -174,10 +174,10 @@ ActivationBytes Llama::activation_bytes(const CostQuery& q) const {
   const ModelSpec& s = spec_;
   ActivationShape x = activation_shape(q, s.d_model, s.d_ff, s.n_heads, s.seq_len, /*causal=*/true,
                                        "model.layers.0.input_layernorm.weight");
-  x.hd = s.head_dim;
+  x.hd = head_dim_of(s);
   // The attention tensors are heads x head_dim wide, which an explicit head_dim makes differ from d.
   ActivationShape xa = x;
-  xa.d = s.n_heads * s.head_dim;
+  xa.d = s.n_heads * head_dim_of(s);
   const int64_t b = x.b, d = x.d, f = x.f, nd = x.nd(), nf = x.nf();
   ActivationBytes a;
   a.blocks = s.n_layers;

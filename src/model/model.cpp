@@ -72,12 +72,13 @@ ModelSpec resolve_spec(const ModelSpec& spec) {
   ST_USER_CHECK(s.d_model > 0 && s.n_layers > 0 && s.n_heads > 0, s.arch,
                 ": d_model, n_layers and n_heads must be positive");
   ST_USER_CHECK(s.head_dim >= 0, s.arch, ": head_dim must be >= 0 (0 = d_model / n_heads)");
+  // head_dim and max_positions stay 0 when derived (head_dim_of, seq_len), so a caller that
+  // changes d_model or seq_len of a resolved spec and resolves it again gets them anew.
   if (s.head_dim == 0 || s.arch != "llama") {
     ST_USER_CHECK(s.d_model % s.n_heads == 0, s.arch, ": d_model ", s.d_model,
                   " is not divisible by n_heads ", s.n_heads);
     ST_USER_CHECK(s.head_dim == 0 || s.head_dim == s.d_model / s.n_heads, s.arch,
                   " has no head_dim of its own (head_dim must be 0 or d_model / n_heads)");
-    s.head_dim = s.d_model / s.n_heads;
   }
   ST_USER_CHECK(s.dropout >= 0.0 && s.dropout < 1.0, s.arch, ": dropout must be in [0, 1)");
   if (s.rope_scaling.empty()) s.rope_scaling = "default";
@@ -85,7 +86,7 @@ ModelSpec resolve_spec(const ModelSpec& spec) {
     if (s.n_kv_heads == 0) s.n_kv_heads = s.n_heads;
     ST_USER_CHECK(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "llama: n_kv_heads ",
                   s.n_kv_heads, " must divide n_heads ", s.n_heads);
-    ST_USER_CHECK(s.head_dim % 2 == 0, "llama: rotary embeddings need an even head_dim, got ", s.head_dim);
+    ST_USER_CHECK(head_dim_of(s) % 2 == 0, "llama: rotary embeddings need an even head_dim, got ", head_dim_of(s));
     // SwiGLU keeps the parameter count of a 4d MLP: 2/3 of 4d, rounded up to 64.
     if (s.d_ff == 0) s.d_ff = ((8 * s.d_model + 2) / 3 + 63) / 64 * 64;
     ST_USER_CHECK(s.rope_scaling == "default" || s.rope_scaling == "linear" || s.rope_scaling == "llama3",
@@ -102,8 +103,7 @@ ModelSpec resolve_spec(const ModelSpec& spec) {
     ST_USER_CHECK(s.sliding_window == 0 || s.seq_len <= s.sliding_window, "llama: seq_len ", s.seq_len,
                   " exceeds the model's sliding_window ", s.sliding_window,
                   " (windowed attention is not implemented; use a seq_len within the window)");
-    if (s.max_positions == 0) s.max_positions = s.seq_len;
-    ST_USER_CHECK(s.seq_len <= s.max_positions, "llama: seq_len ", s.seq_len,
+    ST_USER_CHECK(s.max_positions == 0 || s.seq_len <= s.max_positions, "llama: seq_len ", s.seq_len,
                   " exceeds the model's max_positions (max_position_embeddings) ", s.max_positions);
   } else {
     ST_USER_CHECK(s.n_kv_heads == 0 || s.n_kv_heads == s.n_heads, s.arch,
@@ -220,6 +220,8 @@ const std::vector<SpecField>& spec_fields() {
   };
   return f;
 }
+
+int64_t head_dim_of(const ModelSpec& spec) { return spec.head_dim > 0 ? spec.head_dim : spec.d_model / spec.n_heads; }
 
 InputKind input_kind(const ModelSpec& spec) { return arch_of(spec.arch).input; }
 

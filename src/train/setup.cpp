@@ -82,27 +82,43 @@ model::ModelSpec spec_from_hf(const deck::Deck& d, const std::string& source) {
   const model::HfConfig c = model::read_hf_config(source);
   model::ModelSpec s = c.spec;
   const std::string via = d.is_set("model.from_hf") ? "model.from_hf" : "checkpoint.init_from";
-  ST_USER_CHECK(!d.is_set("model.preset"), d.origin("model.preset"), ": model.preset = \"", d.get_string("model.preset"),
-                "\" contradicts ", via, " = \"", source, "\": the model comes from ", c.path);
+  // A preset counts as the deck setting its fields: each must agree with the config too.
+  const std::string preset = d.get_string("model.preset");
+  const model::ModelSpec p = preset.empty() ? model::ModelSpec{} : model::preset_spec(preset);
   auto contradiction = [&](const std::string& key, const std::string& deck_value, const std::string& field,
                            const std::string& config_value) {
-    throw UserError(d.origin(key) + ": " + key + " = " + deck_value + " contradicts " + c.source_of(field) + " = " +
-                    config_value + " in " + c.path + " (" + via + "); remove the key or fix it");
+    const std::string where = d.is_set(key) ? d.origin(key) + ": " + key
+                                            : d.origin("model.preset") + ": model.preset = \"" + preset + "\" gives " + key;
+    throw UserError(where + " = " + deck_value + ", which contradicts " + c.source_of(field) + " = " + config_value +
+                    " in " + c.path + " (" + via + "); remove the key or fix it");
   };
   if (d.is_set("model.arch") && d.get_string("model.arch") != s.arch)
     contradiction("model.arch", "\"" + d.get_string("model.arch") + "\"", "arch", "\"" + s.hf_architecture + "\" (arch llama)");
+  if (!preset.empty() && p.arch != s.arch)
+    contradiction("model.arch", "\"" + p.arch + "\"", "arch", "\"" + s.hf_architecture + "\" (arch llama)");
   for (const model::SpecField& f : model::spec_fields()) {
     const std::string key = std::string("model.") + f.name;
-    if (!d.is_set(key) || f.images_only) continue;
+    const bool from_preset = !preset.empty() && !d.is_set(key);
+    if ((!d.is_set(key) && !from_preset) || f.images_only) continue;
     const std::string name = f.name;
-    if (name == "seq_len") { s.seq_len = d.get_int(key); continue; }
+    // A preset's model fields only (its other fields are ModelSpec defaults, not choices).
+    if (from_preset && (f.llama_only || name == "dropout")) continue;
+    if (name == "seq_len") { s.seq_len = from_preset ? p.seq_len : d.get_int(key); continue; }
     if (name == "dropout") { s.dropout = d.get_float(key); continue; }
-    if (f.int_field && d.get_int(key) != s.*f.int_field)
-      contradiction(key, std::to_string(d.get_int(key)), name, std::to_string(s.*f.int_field));
-    if (f.float_field && d.get_float(key) != s.*f.float_field)
-      contradiction(key, log::fmt(d.get_float(key)), name, log::fmt(s.*f.float_field));
-    if (f.bool_field && d.get_bool(key) != s.*f.bool_field)
-      contradiction(key, d.get_bool(key) ? "true" : "false", name, s.*f.bool_field ? "true" : "false");
+    if (f.int_field) {
+      const int64_t v = from_preset ? p.*f.int_field : d.get_int(key);
+      // n_kv_heads / d_ff 0 mean "derived": compare what they resolve to.
+      const bool derived = v == 0 && (name == "n_kv_heads" || name == "d_ff" || name == "head_dim" || name == "max_positions");
+      if (!derived && v != s.*f.int_field) contradiction(key, std::to_string(v), name, std::to_string(s.*f.int_field));
+    }
+    if (f.float_field) {
+      const double v = from_preset ? p.*f.float_field : d.get_float(key);
+      if (v != s.*f.float_field) contradiction(key, log::fmt(v), name, log::fmt(s.*f.float_field));
+    }
+    if (f.bool_field) {
+      const bool v = from_preset ? p.*f.bool_field : d.get_bool(key);
+      if (v != s.*f.bool_field) contradiction(key, v ? "true" : "false", name, s.*f.bool_field ? "true" : "false");
+    }
     if (f.string_field && d.get_string(key) != s.*f.string_field)
       contradiction(key, "\"" + d.get_string(key) + "\"", name, "\"" + s.*f.string_field + "\"");
   }

@@ -113,7 +113,11 @@ class Model : public torch::nn::Module, public fsdp::Hookable {
 // init_parameters(model, /*seed=*/0) so the model is usable as is.
 std::shared_ptr<Model> build_model(const ModelSpec& spec, at::Device device);
 
-// The spec with arch defaults filled in (d_ff, n_kv_heads, head_dim, max_positions) after checking that the
+// The width of one attention head: head_dim, or d_model / n_heads when it is 0.
+int64_t head_dim_of(const ModelSpec& spec);
+
+// The spec with arch defaults filled in (d_ff, n_kv_heads; head_dim and max_positions stay 0
+// when derived: head_dim_of, seq_len) after checking that the
 // sizes fit together (heads divide d_model, patches tile the image, ...); UserError if not.
 ModelSpec resolve_spec(const ModelSpec& spec);
 

@@ -132,8 +132,8 @@ done
 grep -q '"total_size": 279168' "$work/out_llama31/model.safetensors.index.json" || fail "llama31: index total_size is not 2 bytes x 139584 parameters"
 grep -q '"torch_dtype": "bfloat16"' "$work/out_llama31/config.json" || fail "llama31: BF16 source exported as $(grep torch_dtype "$work/out_llama31/config.json")"
 # A trained model exported as bf16 from an fp32 run.
-"$bin" ckpt export --format hf "$(ls "$work"/train_qwen2_2/checkpoints/step_*.h5 | tail -1)" "$work/out_trained" --dtype bf16 \
-  --tokenizer-from "$work/models/qwen2" >/dev/null || fail "export of a trained checkpoint"
+"$bin" ckpt export --format hf "$(ls "$work"/train_headdim_2/checkpoints/step_*.h5 | tail -1)" "$work/out_trained" --dtype bf16 \
+  --tokenizer-from "$work/models/headdim" >/dev/null || fail "export of a trained checkpoint"
 grep -q '"BF16"' "$work/out_trained/model.safetensors" || fail "--dtype bf16 did not write BF16"
 "$py" "$ref" loss "$work/out_trained" "$work/ds" 32 >/dev/null || fail "the reference cannot load the trained export"
 
@@ -168,7 +168,7 @@ PY
 expect2 "missing key" "$d/config.json: hidden_size is missing" "${mpi[@]}" -np 2 "$bin" ckpt import "$d" "$work/bad.h5"
 expect2 "missing key (train)" "$d/config.json: hidden_size is missing" "${mpi[@]}" -np 2 "$bin" train "$work/deck.toml" \
   --set checkpoint.init_from="$d" --set run.out_dir="$work/badrun"
-expect2 "deck contradicts config" "model.d_model = 96 contradicts hidden_size = 64 in $work/models/llama2/config.json" \
+expect2 "deck contradicts config" "model.d_model = 96, which contradicts hidden_size = 64 in $work/models/llama2/config.json" \
   "${mpi[@]}" -np 2 "$bin" ckpt import "$work/models/llama2" "$work/bad.h5" --deck "$work/deck.toml" --set model.d_model=96
 expect2 "seq_len above the sliding window" "exceeds the model's sliding_window 48" \
   "$bin" deck check "$work/deck.toml" --set model.from_hf="$work/models/mistral" --set model.seq_len=64
