@@ -35,10 +35,20 @@ TEST(Topology, SimulatedHostsSplitConsecutiveRanks) {
   }
 }
 
-TEST(Topology, SimulatedHostSizeMustDivideWorld) {
+// A host size that does not divide the world: the last host holds the rest (2 + 1 for 3 ranks
+// in hosts of 2, as Slurm's --ntasks=3 on two nodes), and a size above the world is one host.
+TEST(Topology, SimulatedHostsLastHoldsTheRest) {
   const int n = world_size();
-  if (n < 2) GTEST_SKIP();
-  EXPECT_THROW(discover_topology(MPI_COMM_WORLD, n + 1), UserError);
+  for (int k = 1; k <= n + 1; ++k) {
+    if (n % k == 0 && k <= n) continue;
+    Topology t = discover_topology(MPI_COMM_WORLD, k);
+    EXPECT_TRUE(t.simulated);
+    EXPECT_EQ(t.num_hosts, (n + k - 1) / k) << "k " << k;
+    EXPECT_EQ(t.host_id, world_rank() / k);
+    EXPECT_EQ(t.local_rank, world_rank() % k);
+    const int last = n - (t.num_hosts - 1) * k;
+    EXPECT_EQ(t.local_size, t.host_id == t.num_hosts - 1 ? last : k) << "k " << k;
+  }
 }
 
 TEST(DeviceMesh, DefaultShardGroupIsTheHost) {
