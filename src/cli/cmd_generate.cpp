@@ -89,8 +89,7 @@ void add_generate(CLI::App& app, CommandFn& selected) {
   sub->add_option("--top-p", a->sampling.top_p, "nucleus sampling: the smallest set reaching probability p (default 1)");
   sub->add_option("--seed", a->sampling.seed, "sampling seed (default 0); sample i uses seed + i");
   sub->add_option("--samples", a->samples, "independent samples to print (default 1)");
-  sub->add_option("--tokenizer", a->tokenizer, "gpt2 | byte | tokenizer.json / tokenizer.model / model directory (default: the checkpoint deck's data.tokenizer)")
-      ->check(CLI::IsMember({"gpt2", "byte"}));
+  sub->add_option("--tokenizer", a->tokenizer, "gpt2 | byte | tokenizer.json / tokenizer.model / model directory (default: the checkpoint deck's data.tokenizer)");
   sub->add_option("--data-dir", a->data_dir, "where the GPT-2 tokenizer files are (default $SHARDTRAIN_DATA_DIR or <repo>/.data)");
   sub->add_option("--set", a->overrides, "override a key of the checkpoint's deck (run.threads, fsdp.param_dtype, ...)")
       ->type_name("KEY=VALUE");

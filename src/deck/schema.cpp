@@ -247,8 +247,9 @@ std::vector<KeySpec> build_schema() {
     Str("data.dataset", "",
         "prepared dataset directory (shardtrain data prepare); \"\" = synthetic items drawn from run.seed "
         "(uniform tokens, or N(0,1) images for vit; no validation): throughput and scaling runs"),
-    Str("data.tokenizer", "gpt2", "tokenizer that produced the tokens; when set, a token dataset made with another is an error")
-        .one_of({"gpt2", "byte"}),
+    Str("data.tokenizer", "gpt2",
+        "tokenizer that produced the tokens: gpt2, byte, or a model's tokenizer.json / tokenizer.model / model "
+        "directory, spelled as given to data prepare; when set, a token dataset made with another is an error"),
     Float("data.val_fraction", 0.05,
           "validation fraction the dataset was prepared with (`data prepare --val-fraction`); when set, a "
           "dataset split otherwise is an error")
