@@ -20,6 +20,7 @@
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
+#include "shardtrain/deck/deck.h"
 #include "spec_json.h"
 
 namespace shardtrain::train {
@@ -96,7 +97,10 @@ void export_hf_directory(const std::string& path, const std::string& out_dir, co
   ST_USER_CHECK(!out_dir.empty(), "ckpt export: the output directory is empty");
   // The output: absent, or an empty directory (a link, a file, a non-empty directory: refused).
   struct stat ost {};
-  const std::string out = fs::path(out_dir).lexically_normal().string();
+  // "ft-hf/" names the directory ft-hf: without the trailing separator its parent is where
+  // the temporary directory goes.
+  std::string out = fs::path(out_dir).lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
   if (::lstat(out.c_str(), &ost) == 0) {
     ST_USER_CHECK(S_ISDIR(ost.st_mode), "ckpt export: the output ", out_dir,
                   " exists and is not a directory (a file or a link); give a new directory name");
@@ -110,7 +114,9 @@ void export_hf_directory(const std::string& path, const std::string& out_dir, co
                 " model; a Hugging Face directory is written for the llama arch (Llama, Mistral, Qwen2)");
   std::unique_ptr<deck::Deck> d;
   try {
-    d = std::make_unique<deck::Deck>(checkpoint_deck(path));
+    // The deck as trained (checkpoint_deck would swap a Hugging Face source for the recorded
+    // spec): its model.from_hf / init_from directory holds the tokenizer files to copy.
+    d = std::make_unique<deck::Deck>(deck::Deck::parse(meta.deck_text, path + " (its resolved deck)", {}));
   } catch (const UserError& e) {
     log::warn(log::fmt("ckpt export: the checkpoint's deck is not readable (", e.what(), "); using the defaults"));
   }

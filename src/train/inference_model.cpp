@@ -15,6 +15,7 @@
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/path_inside.h"
 #include "shardtrain/util/small_file.h"
+#include "spec_json.h"
 
 namespace shardtrain::train {
 
@@ -82,6 +83,16 @@ deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::
   // One intra-op thread per rank unless overridden: at a fixed thread count the forwards give the
   // same bits at every world size (with cores / ranks threads, some GEMMs round differently).
   o.push_back("run.threads=1");
+  // A model read from a Hugging Face directory (model.from_hf, or init_from naming one) is
+  // rebuilt from the spec the checkpoint recorded, not from that directory again: the checkpoint
+  // stays usable when the download has moved, and a changed config.json cannot change it.
+  const deck::Deck as_trained = deck::Deck::parse(meta.deck_text, ckpt_path + " (its resolved deck)", {});
+  if (!as_trained.get_string("model.from_hf").empty() || !as_trained.get_string("checkpoint.init_from").empty()) {
+    const auto recorded = spec_overrides(model_spec_from_json(meta.model_spec_json, "checkpoint " + ckpt_path));
+    o.push_back("model.from_hf=\"\"");
+    o.push_back("checkpoint.init_from=\"\"");
+    o.insert(o.end(), recorded.begin(), recorded.end());
+  }
   o.insert(o.end(), overrides.begin(), overrides.end());
   return deck::Deck::parse(meta.deck_text, ckpt_path + " (its resolved deck)", o);
 }

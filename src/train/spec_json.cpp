@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
@@ -20,6 +22,34 @@ std::string model_spec_json(const model::ModelSpec& s) {
     if (f.string_field) j[f.name] = s.*f.string_field;
   }
   return j.dump();
+}
+
+std::vector<std::string> spec_overrides(const model::ModelSpec& s) {
+  auto quoted = [](const std::string& v) {
+    std::string q = "\"";
+    for (char c : v) {
+      if (c == '"' || c == '\\') q += '\\';
+      q += c;
+    }
+    return q + "\"";
+  };
+  std::vector<std::string> o = {"model.arch=" + quoted(s.arch), "model.preset=\"\""};
+  const bool images = model::input_kind(s) == model::InputKind::Images;
+  for (const model::SpecField& f : model::spec_fields()) {
+    if ((f.images_only && !images) || (f.llama_only && s.arch != "llama")) continue;
+    std::string v;
+    if (f.int_field) v = std::to_string(s.*f.int_field);
+    if (f.float_field) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.17g", s.*f.float_field);  // round-trips every double
+      v = buf;
+      if (v.find_first_of(".eEn") == std::string::npos) v += ".0";  // TOML: a float, not an integer
+    }
+    if (f.bool_field) v = s.*f.bool_field ? "true" : "false";
+    if (f.string_field) v = quoted(s.*f.string_field);
+    o.push_back(std::string("model.") + f.name + "=" + v);
+  }
+  return o;
 }
 
 model::ModelSpec model_spec_from_json(const std::string& text, const std::string& what) {
