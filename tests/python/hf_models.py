@@ -13,6 +13,10 @@ Usage:
   hf_models.py same-tensors SRC_DIR OUT_DIR    every tensor of SRC is in OUT with the same dtype,
                                                shape and bytes (exit 1 naming the first difference)
   hf_models.py check-loss GOT WANT             |GOT - WANT| <= 1e-6 * |WANT| (prints MISMATCH otherwise)
+  hf_models.py stand-in DIR TOKENIZER_JSON     a random Llama 3.2 Instruct-shaped model directory (128256
+                                               tokens, 2 small layers, tied, BF16) with that Llama 3
+                                               tokenizer.json, its chat template and generation config:
+                                               docs/use-cases.md section 1 without a download
 """
 import json
 import math
@@ -341,8 +345,46 @@ def same_tensors(src, out):
     return None
 
 
+# The Llama 3 Instruct chat template (Meta-Llama-3-8B-Instruct's tokenizer_config.json).
+LLAMA3_CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+
+def write_stand_in(d, tokenizer_json):
+    """Llama 3.2 1B Instruct's layout and vocabulary at a toy size: what a user downloads, minus
+    the training (random weights, so generated text is noise)."""
+    import shutil
+    d = pathlib.Path(d)
+    d.mkdir(parents=True, exist_ok=True)
+    spec = dict(arch="LlamaForCausalLM", model_type="llama", dtype="BF16", shards=1,
+                cfg=dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5, rope_theta=500000.0,
+                         max_position_embeddings=131072, tie_word_embeddings=True, vocab_size=128256,
+                         bos_token_id=128000, eos_token_id=[128001, 128008, 128009], attention_bias=False,
+                         mlp_bias=False, rope_scaling={"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                       "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+                         torch_dtype="bfloat16"))
+    cfg = dict(BASE, architectures=[spec["arch"]], model_type=spec["model_type"], **spec["cfg"])
+    (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    write_safetensors(d / "model.safetensors", family_tensors(spec, torch.Generator().manual_seed(7)), "BF16")
+    shutil.copyfile(tokenizer_json, d / "tokenizer.json")
+    (d / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "model_max_length": 131072,
+         "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": LLAMA3_CHAT_TEMPLATE}, indent=2) + "\n")
+    (d / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "do_sample": True,
+         "temperature": 0.6, "top_p": 0.9}, indent=2) + "\n")
+    print(d)
+
+
 def main():
     cmd = sys.argv[1]
+    if cmd == "stand-in":
+        write_stand_in(sys.argv[2], sys.argv[3])
+        return 0
     if cmd == "write":
         for i, (name, spec) in enumerate(FAMILIES.items()):
             write_family(sys.argv[2], name, spec, seed=100 + i)
