@@ -234,24 +234,6 @@ void export_safetensors(const std::string& path, const std::string& out_path,
 namespace shardtrain::ckpt {
 namespace {
 
-// The model's parameters in `expected`'s order, each checked (shape, dtype) against the file,
-// and no /model dataset that is not one of them.
-std::vector<Entry> expected_datasets(hid_t file, const std::string& path, const std::vector<ExpectedTensor>& expected) {
-  std::vector<Entry> params;
-  std::set<std::string> want;
-  for (const ExpectedTensor& t : expected) {
-    want.insert(t.name);
-    params.push_back({model_path(t.name), check_dataset(file, path, model_path(t.name), Elem::F32, &t.shape)});
-  }
-  for (const auto& n : list_links(file, kModelGroup))
-    if (!want.count(n))
-      throw UserError(path + ": dataset /" + model_path(n) + " is not a parameter of the model its model_spec describes");
-  std::vector<DatasetCheck> checks;
-  for (const Entry& e : params) checks.push_back(e.check);
-  check_total_size(file, path, checks);
-  return params;
-}
-
 int out_dtype_bytes(const std::string& dtype) { return dtype == "F32" ? 4 : 2; }
 
 // A new file in a directory this process created: exclusive, never through a link.
@@ -305,7 +287,7 @@ std::vector<std::string> write_safetensors_shards(const std::string& path, const
   ST_USER_CHECK(max_shard_bytes > 0, "the shard size must be positive");
   H5Id file = open_checkpoint(path, MPI_COMM_NULL);
   std::vector<Entry> params;
-  file_errors_are_user_errors(path, [&] { params = expected_datasets(file, path, expected); });
+  file_errors_are_user_errors(path, [&] { params = expected_entries(file, path, expected); });
   // Shards in the model's order, each up to max_shard_bytes of tensor data (a larger tensor
   // alone), as transformers' save_pretrained splits them.
   const int eb = out_dtype_bytes(dtype);

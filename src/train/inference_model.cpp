@@ -10,6 +10,7 @@
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/model/model.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/train/import.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
@@ -45,18 +46,6 @@ std::string resolve_checkpoint_path(const std::string& p, const std::string& wha
   }
   ST_USER_CHECK(fs::is_regular_file(p, ec), what, " = '", p, "': no such checkpoint file or directory");
   return p;
-}
-
-std::vector<ckpt::ExpectedTensor> checkpoint_parameters(const model::ModelSpec& spec) {
-  // The model on the meta device: shapes only, no memory, whatever the spec claims.
-  std::shared_ptr<model::Model> net = model::build_model(spec, at::kMeta);
-  std::vector<ckpt::ExpectedTensor> expected;
-  std::set<const void*> seen;  // a tied weight registered twice is one tensor
-  for (const auto& q : net->named_parameters(/*recurse=*/true)) {
-    if (!seen.insert(q.value().unsafeGetTensorImpl()).second) continue;
-    expected.push_back({q.key(), q.value().sizes().vec()});
-  }
-  return expected;
 }
 
 deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::string>& overrides) {
@@ -106,7 +95,7 @@ std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck:
   runtime::run_agreed(world, [&] {
     if (rank != 0) return;
     ckpt::read_checkpoint_meta(ckpt_path);
-    ckpt::check_model_datasets(ckpt_path, checkpoint_parameters(model_spec_from_deck(d)));
+    ckpt::check_model_datasets(ckpt_path, expected_tensors(model_spec_from_deck(d)));
   });
   auto m = std::make_unique<InferenceModel>();
   m->path = ckpt_path;

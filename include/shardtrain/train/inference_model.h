@@ -21,10 +21,6 @@ namespace shardtrain::train {
 // `what` (the flag or key it came from) when neither exists.
 std::string resolve_checkpoint_path(const std::string& path_or_dir, const std::string& what);
 
-// The parameters a checkpoint of `spec`'s model holds (names as in the model, shapes), from
-// the model built on the meta device (no memory): what check_model_datasets compares.
-std::vector<ckpt::ExpectedTensor> checkpoint_parameters(const model::ModelSpec& spec);
-
 // The deck a checkpoint was trained with (its resolved deck), re-read with the keys that only
 // placed the training job (strategy, mesh, offload, recomputation, device, comms) back at their
 // defaults so the model loads at any world size, and run.threads = 1 (bits independent of the
