@@ -236,35 +236,6 @@ namespace {
 
 int out_dtype_bytes(const std::string& dtype) { return dtype == "F32" ? 4 : 2; }
 
-// A new file in a directory this process created: exclusive, never through a link.
-struct OutFile {
-  int fd = -1;
-  std::string path;
-  explicit OutFile(std::string p) : path(std::move(p)) {
-    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0) throw UserError("cannot create " + path + ": " + io::errno_text(errno));
-  }
-  void write(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) throw UserError("cannot write " + path + ": " + io::errno_text(errno));
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-  }
-  void finish() {
-    if (::fsync(fd) != 0) throw UserError("cannot write " + path + ": " + io::errno_text(errno));
-    const int rc = ::close(fd);
-    fd = -1;
-    if (rc != 0) throw UserError("cannot write " + path + ": " + io::errno_text(errno));
-  }
-  ~OutFile() { if (fd >= 0) ::close(fd); }
-  OutFile(const OutFile&) = delete;
-  OutFile& operator=(const OutFile&) = delete;
-};
-
 std::string shard_name(size_t i, size_t n) {
   char b[64];
   std::snprintf(b, sizeof b, "model-%05zu-of-%05zu.safetensors", i + 1, n);
@@ -272,12 +243,6 @@ std::string shard_name(size_t i, size_t n) {
 }
 
 }  // namespace
-
-void write_new_file(const std::string& path, const std::string& text) {
-  OutFile f(path);
-  f.write(text.data(), text.size());
-  f.finish();
-}
 
 std::vector<std::string> write_safetensors_shards(const std::string& path, const std::string& dir,
                                                   const std::vector<ExpectedTensor>& expected, const std::string& dtype,
@@ -324,7 +289,7 @@ std::vector<std::string> write_safetensors_shards(const std::string& path, const
     }
     std::string h = header.dump();
     h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned, as safetensors writes it
-    OutFile out((std::filesystem::path(dir) / name).string());
+    io::OutputFile out((std::filesystem::path(dir) / name).string(), "ckpt export output");
     unsigned char le[8];
     const uint64_t hlen = h.size();
     for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(hlen >> (8 * i));
@@ -344,13 +309,13 @@ std::vector<std::string> write_safetensors_shards(const std::string& path, const
         out.write(narrow.data_ptr(), static_cast<size_t>(narrow.numel() * eb));
       }
     });
-    out.finish();
+    out.commit();
   }
   if (shards.size() > 1) {
     nlohmann::ordered_json index;
     index["metadata"] = {{"total_size", total}};
     index["weight_map"] = weight_map;
-    write_new_file((std::filesystem::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+    io::write_file_atomic((std::filesystem::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
     names.push_back("model.safetensors.index.json");
   }
   return names;

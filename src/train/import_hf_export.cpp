@@ -51,7 +51,7 @@ void copy_regular_file(const std::string& from, const std::string& to) {
     if (r <= 0) throw UserError(from + ": read failed");
     got += static_cast<size_t>(r);
   }
-  ckpt::write_new_file(to, data);
+  io::write_file_atomic(to, data);
 }
 
 // The export's dtype: the flag; else bf16 for a bf16 run; else what the source had; else F32.
@@ -144,7 +144,7 @@ void export_hf_directory(const std::string& path, const std::string& out_dir, co
     ::umask(mask);
     ::chmod(tmp.c_str(), 0777 & ~mask);  // mkdtemp's 0700 -> what mkdir would give
     std::vector<std::string> files = ckpt::write_safetensors_shards(path, tmp, expected, dtype, o.max_shard_bytes);
-    ckpt::write_new_file(tmp + "/config.json", config);
+    io::write_file_atomic(tmp + "/config.json", config);
     files.push_back("config.json");
     bool generation = false;
     std::vector<std::string> copied;
@@ -160,7 +160,7 @@ void export_hf_directory(const std::string& path, const std::string& out_dir, co
       log::warn(log::fmt("ckpt export: ", source, " (the model's source directory) is not there: no tokenizer files copied"));
     }
     if (!generation) {
-      ckpt::write_new_file(tmp + "/generation_config.json", model::hf_generation_config_json(spec));
+      io::write_file_atomic(tmp + "/generation_config.json", model::hf_generation_config_json(spec));
       files.push_back("generation_config.json");
     }
     files.insert(files.end(), copied.begin(), copied.end());

@@ -38,14 +38,11 @@ void export_safetensors(const std::string& path, const std::string& out_path,
 // converted to `dtype` (F32; BF16 / F16 rounded to nearest even); files of at most
 // max_shard_bytes of tensor data (a larger tensor alone): "model.safetensors" when one file
 // holds everything, else "model-0000i-of-0000n.safetensors" and "model.safetensors.index.json"
-// ({"metadata": {"total_size"}, "weight_map"}). Every file is created exclusively, never through
-// a link (O_EXCL | O_NOFOLLOW), and fsynced. Returns the file names. One process.
+// ({"metadata": {"total_size"}, "weight_map"}). Every file is written as an io::OutputFile (an
+// exclusive temporary, never through a link, fsynced, renamed). Returns the file names. One process.
 std::vector<std::string> write_safetensors_shards(const std::string& path, const std::string& dir,
                                                   const std::vector<ExpectedTensor>& expected, const std::string& dtype,
                                                   int64_t max_shard_bytes);
-// A new file holding `text`: created exclusively, never through a link, fsynced; UserError naming it.
-void write_new_file(const std::string& path, const std::string& text);
-
 // UserError when writing `out` (or its temporary `out`.tmp) would overwrite one of `inputs`
 // (same file by std::filesystem::equivalent: links and other spellings included), or when
 // `out` is a directory. `what` names the command for the message ("ckpt export").
