@@ -107,9 +107,9 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
       U += f.full_bytes();
       if (f.shard_size > 1) pend += f.padded * c + f.shard_numel * c;
     }
-    if (u.is_root) {
+    if (u.is_root()) {
       Ur = U;
-    } else if (!u.is_ignored) {
+    } else if (!u.is_ignored()) {
       ++nb;
       Ub = std::max(Ub, U);
       pend_b = std::max(pend_b, pend);
@@ -261,11 +261,11 @@ CommCost comm_volume(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
     const auto& u = p.units[ui];
     const int unit = static_cast<int>(ui);
     for (const auto& f : u.flats) {
-      if (u.is_ignored) {
+      if (u.is_ignored()) {
         if (N > 1) ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
         continue;
       }
-      const int gathers = u.is_root ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
+      const int gathers = u.is_root() ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
       if (st != fsdp::Strategy::NoShard) {
         const double plain = ring * f.padded * f.elem_bytes();
         const double packed = S > 1 ? (S - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) : 0.0;
@@ -546,7 +546,7 @@ std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int 
   while (i < p.units.size()) {
     size_t j = i + 1;
     auto same = [&](const fsdp::UnitPlan& a, const fsdp::UnitPlan& b) {
-      if (a.is_root || b.is_root || a.is_ignored != b.is_ignored || a.flats.size() != b.flats.size()) return false;
+      if (a.is_root() || b.is_root() || a.is_ignored() != b.is_ignored() || a.flats.size() != b.flats.size()) return false;
       for (size_t k = 0; k < a.flats.size(); ++k)
         if (a.flats[k].numel != b.flats[k].numel || a.flats[k].dtype != b.flats[k].dtype) return false;
       return true;
@@ -562,7 +562,7 @@ std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int 
                     with_commas(f.numel).c_str(), group > 1 ? with_commas(f.shard_numel).c_str() : "whole",
                     group > 1 ? flat_bar(f, group, width).c_str() : "");
       os << line;
-      if (u.is_ignored) os << " (ignored: whole on every rank)";
+      if (u.is_ignored()) os << " (ignored: whole on every rank)";
       os << "\n";
     }
     if (j - i > 1) {
