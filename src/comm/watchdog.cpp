@@ -165,8 +165,8 @@ class Watchdog {
     std::string s;
     s += concat("shardtrain watchdog [rank ", error_rank(), "]: collective ", f.reason,
                 " in group '", e.w->watched_name(), "' (", e.size, " ranks): seq ", f.seq, " ",
-                f.op, " of ", f.numel, " ", f.dtype, " elements, outstanding for ", f.running_s,
-                " s\n");
+                f.op, f.dtype == "-" && f.numel == 0 ? std::string() : concat(" of ", f.numel, " ", f.dtype, " elements"),
+                ", outstanding for ", f.running_s, " s\n");
     if (!query_error.empty()) s += concat("  (querying peers failed: ", query_error, ")\n");
     std::vector<std::string> missing, silent, where;
     for (int q = 0; q < e.size; ++q) {
