@@ -155,9 +155,15 @@ abort_grace=${SHARDTRAIN_ABORT_GRACE:-10}
 [[ $abort_grace =~ ^[0-9]+$ ]] || die "SHARDTRAIN_ABORT_GRACE='$abort_grace' is not a number of seconds"
 abort_note=$(mktemp "${TMPDIR:-/tmp}/shardtrain-abort.XXXXXX") || die "cannot create a temporary file"
 watch_aborts() {
-  awk -v note="$abort_note" '{ print; fflush() }
-    !seen && match($0, /aborting (all ranks|the job) with exit code [0-9]+/) {
-      s = substr($0, RSTART, RLENGTH); sub(/.* /, "", s); print s > note; close(note); seen = 1 }'
+  # bash's read takes a line as soon as it ends (awk would wait for a block of input).
+  local line code=""
+  while IFS= read -r line || [ -n "$line" ]; do
+    printf '%s\n' "$line"
+    if [ -z "$code" ] && [[ $line =~ aborting\ (all\ ranks|the\ job)\ with\ exit\ code\ ([0-9]+) ]]; then
+      code=${BASH_REMATCH[2]}
+      echo "$code" > "$abort_note"
+    fi
+  done
 }
 on_signal() {
   # The first one counts; a second (e.g. the time limit's SIGTERM after our SIGUSR1) is passed on too.

@@ -1,6 +1,8 @@
 // MPI start-up with MPI_THREAD_MULTIPLE, and an abort that ends every rank.
 #include "shardtrain/runtime/runtime.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -58,6 +60,9 @@ void Runtime::abort(int code) {
     // reach a node to end its ranks, the script still ends the job with this code.
     std::fprintf(stderr, "shardtrain: aborting the job with exit code %d\n", code);
     std::fflush(stderr);
+    // Time for mpirun's output forwarding to take this line (and the message before it): the
+    // abort ends the ranks, and what is still in their pipes can be lost.
+    ::usleep(500 * 1000);
     MPI_Abort(MPI_COMM_WORLD, code);
   }
   remove_private_session_dir();  // MPI was never started: nothing uses it

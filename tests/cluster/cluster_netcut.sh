@@ -18,6 +18,7 @@
 source "$(dirname "$0")/../e2e/train/lib.sh"
 CL=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 JOBS=$(cd "$CL/../../jobscripts" && pwd)
+ST=$(readlink -f "$ST")   # the job script runs in $T
 T0=$SECONDS
 
 source "$CL/test_cluster.sh"
@@ -33,7 +34,11 @@ done
 JOB_PID=
 cluster_cleanup() {
   local rc=$?
-  if [ -n "$JOB_PID" ] && kill -0 "$JOB_PID" 2>/dev/null; then kill -9 "$JOB_PID" 2>/dev/null || true; fi
+  # The job script and its launcher (mpirun, in a session of its own), by their pids.
+  if [ -n "$JOB_PID" ] && kill -0 "$JOB_PID" 2>/dev/null; then
+    for p in $(ps -o pid= --ppid "$JOB_PID"); do kill -9 "$p" 2>/dev/null || true; done
+    kill -9 "$JOB_PID" 2>/dev/null || true
+  fi
   "$CL/cluster.sh" stop >/dev/null 2>&1 || true   # processes in the nodes, namespaces, links, /etc/hosts lines
   cleanup
   exit $rc
@@ -117,7 +122,7 @@ check_report() {
 
 note "step: node 2's link cut mid-step"
 job step train.max_steps=100000
-wait_file "$T/step/metrics.jsonl" 120
+BG_PID=$JOB_PID wait_file "$T/step/metrics.jsonl" 120
 for ((i = 0; i < 600; i++)); do
   [ "$(grep -c '"step":' "$T/step/metrics.jsonl" 2>/dev/null)" -ge 3 ] && break
   kill -0 "$JOB_PID" 2>/dev/null || { cat "$T/step.log"; fail "step: the job ended before step 3"; }
