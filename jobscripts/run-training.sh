@@ -8,7 +8,10 @@
 #   3. acts on the exit code: 0 finished; 42 checkpointed on a signal, not finished -> requeue
 #      the Slurm job (or resubmit it) so that the next start resumes from that checkpoint
 #      (checkpoint.resume=auto), at most SHARDTRAIN_MAX_RESTARTS times; anything else fails the
-#      job with the code's meaning.
+#      job with the code's meaning;
+#   4. passes the program's own exit code on when it aborted the job (the watchdog's 3 after a
+#      network cut) but the launcher cannot end it (mpirun waiting for a node it cannot reach),
+#      and gives mpirun an out-of-band keepalive that notices a lost node in bounded time.
 #
 # Usage (inside a Slurm allocation, or on a workstation with SHARDTRAIN_NP):
 #   run-training.sh [DECK] [key=value | --set key=value]...
@@ -106,22 +109,6 @@ case $launcher in
     [ "$bind" = none ] && launch+=(--bind-to none)
     # Outside Slurm the slots are this machine's cores: more ranks need --oversubscribe.
     [ $in_slurm = 0 ] && [ "$np" -gt "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" ] && launch+=(--oversubscribe)
-    # A node that becomes unreachable (a cut link) is declared lost by Open MPI's out-of-band
-    # TCP keepalive: its defaults (300 s idle + 9 probes x 20 s) leave mpirun waiting 8 minutes.
-    # Probed after comm.timeout_s + 30 s of silence, 3 probes 5 s apart: later than the
-    # watchdog, whose report and exit 3 must come first (a lost node makes mpirun end the job
-    # itself, exit 205, without the report), and soon enough to end a job whose ranks are all
-    # outside collectives. The daemons (orted) get the same settings and end the ranks of a node
-    # that lost mpirun.
-    keepalive=${SHARDTRAIN_OOB_KEEPALIVE:-}
-    if [ -z "$keepalive" ]; then
-      t=$("$bin" deck show "$deck" "${sets[@]}" 2>/dev/null |
-          awk '/^\[/ { c = ($1 == "[comm]") } c && $1 == "timeout_s" { print int($3 + 0.999) }')
-      [[ $t =~ ^[0-9]+$ ]] || t=600
-      keepalive=$(( (t > 0 ? t : 600) + 30 ))
-    fi
-    [[ $keepalive =~ ^[1-9][0-9]*$ ]] || die "SHARDTRAIN_OOB_KEEPALIVE='$keepalive' is not a positive number"
-    launch+=(--mca oob_tcp_keepalive_time "$keepalive" --mca oob_tcp_keepalive_intvl 5 --mca oob_tcp_keepalive_probes 3)
     ;;
   *) die "SHARDTRAIN_LAUNCHER='$launcher': srun or mpirun" ;;
 esac
@@ -134,7 +121,6 @@ if [ $in_slurm = 1 ]; then
 else
   say "start at $(date '+%F %T') on $(hostname -s), $np ranks"
 fi
-say "in $PWD: ${cmd[*]}"
 t0=$SECONDS
 stop_signal=""
 # Until every rank has installed its stop handler (first thing in main, but a rank spends its
@@ -187,6 +173,31 @@ release_held() {  # passes a held signal on once the ranks are up (or the wait i
     sleep 0.2
   done
 }
+child=""
+trap 'on_signal SIGUSR1' USR1
+trap 'on_signal SIGTERM' TERM
+trap 'on_signal SIGINT' INT
+# Read from the deck (a few seconds: a singleton start of the binary), so after the signal traps
+# above: a stop signal meanwhile is held like one during the ranks' start.
+if [ "$launcher" = mpirun ]; then
+  # A node that becomes unreachable (a cut link) is declared lost by Open MPI's out-of-band
+  # TCP keepalive: its defaults (300 s idle + 9 probes x 20 s) leave mpirun waiting 8 minutes.
+  # Probed after comm.timeout_s + 30 s of silence, 3 probes 5 s apart: later than the
+  # watchdog, whose report and exit 3 must come first (a lost node makes mpirun end the job
+  # itself, exit 205, without the report), and soon enough to end a job whose ranks are all
+  # outside collectives. The daemons (orted) get the same settings and end the ranks of a node
+  # that lost mpirun.
+  keepalive=${SHARDTRAIN_OOB_KEEPALIVE:-}
+  if [ -z "$keepalive" ]; then
+    t=$("$bin" deck show "$deck" "${sets[@]}" 2>/dev/null |
+        awk '/^\[/ { c = ($1 == "[comm]") } c && $1 == "timeout_s" { print int($3 + 0.999) }')
+    [[ $t =~ ^[0-9]+$ ]] || t=600
+    keepalive=$(( (t > 0 ? t : 600) + 30 ))
+  fi
+  [[ $keepalive =~ ^[1-9][0-9]*$ ]] || die "SHARDTRAIN_OOB_KEEPALIVE='$keepalive' is not a positive number"
+  cmd=("${cmd[@]:0:${#launch[@]}}" --mca oob_tcp_keepalive_time "$keepalive" --mca oob_tcp_keepalive_intvl 5 --mca oob_tcp_keepalive_probes 3 "${cmd[@]:${#launch[@]}}")
+fi
+say "in $PWD: ${cmd[*]}"
 if [ $in_slurm = 0 ] && command -v setsid >/dev/null; then
   # Its own session: a Ctrl-C in the terminal reaches this script only (which passes SIGUSR1 on),
   # not mpirun, which would kill the ranks on SIGINT instead of letting them checkpoint.
@@ -195,9 +206,6 @@ else
   "${cmd[@]}" 2> >(watch_aborts >&2) &
 fi
 child=$!
-trap 'on_signal SIGUSR1' USR1
-trap 'on_signal SIGTERM' TERM
-trap 'on_signal SIGINT' INT
 abort_code="" abort_at=""
 while kill -0 "$child" 2>/dev/null; do
   release_held
