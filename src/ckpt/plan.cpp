@@ -1,6 +1,5 @@
 // make_plan: layout agreement across ranks and each rank's pieces of every parameter.
 #include "plan.h"
-#include "shardtrain/runtime/blocking_region.h"
 
 #include <hdf5.h>
 
@@ -9,6 +8,7 @@
 
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/ckpt/h5.h"
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 

@@ -1,9 +1,9 @@
 // train.on_nonfinite: the deck's choice, the agreed finiteness test and its message.
 #include "divergence.h"
-#include "shardtrain/runtime/blocking_region.h"
 
 #include <cmath>
 
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "shardtrain/train/leaf_plan.h"
 #include "shardtrain/runtime/blocking_region.h"
+#include "shardtrain/train/leaf_plan.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
 #include "shardtrain/util/mpi_check.h"

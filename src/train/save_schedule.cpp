@@ -1,9 +1,9 @@
 // SaveSchedule: the per-step save/stop decision, agreed with one MPI_Allreduce(MAX).
 #include "save_schedule.h"
-#include "shardtrain/runtime/blocking_region.h"
 
 #include <csignal>
 
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/mpi_check.h"
 

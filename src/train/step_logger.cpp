@@ -1,10 +1,10 @@
 // StepLogger: the logging schedule and the reductions behind one metrics record.
 #include "step_logger.h"
 
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/train/alloc_tracker.h"
 #include "shardtrain/util/memory.h"
 #include "shardtrain/util/mpi_check.h"
-#include "shardtrain/runtime/blocking_region.h"
 
 namespace shardtrain::train {
 namespace {

@@ -1,10 +1,10 @@
 // Validator: the validation schedule and the evaluation (each rank its part, one all-reduce).
 #include "validator.h"
-#include "shardtrain/runtime/blocking_region.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::train {
