@@ -8,7 +8,10 @@
 #   3. acts on the exit code: 0 finished; 42 checkpointed on a signal, not finished -> requeue
 #      the Slurm job (or resubmit it) so that the next start resumes from that checkpoint
 #      (checkpoint.resume=auto), at most SHARDTRAIN_MAX_RESTARTS times; anything else fails the
-#      job with the code's meaning.
+#      job with the code's meaning;
+#   4. passes the program's own exit code on when it aborted the job (the watchdog's 3 after a
+#      network cut) but the launcher cannot end it (mpirun waiting for a node it cannot reach),
+#      and gives mpirun an out-of-band keepalive that notices a lost node in bounded time.
 #
 # Usage (inside a Slurm allocation, or on a workstation with SHARDTRAIN_NP):
 #   run-training.sh [DECK] [key=value | --set key=value]...
@@ -32,6 +35,11 @@
 #   SHARDTRAIN_MAX_RESTARTS   give up (exit 42, job FAILED) after this many restarts (default 10)
 #   SHARDTRAIN_READY_WAIT     seconds a stop signal that comes while the ranks start is held at most
 #                             (default 300; see "held" below and docs/jobscripts.md)
+#   SHARDTRAIN_ABORT_GRACE    seconds the launcher gets to end by itself after the program announced
+#                             an abort ("aborting ... with exit code N": the watchdog, a stuck write)
+#                             before this script ends it and exits N (default 10; see "aborts" below)
+#   SHARDTRAIN_OOB_KEEPALIVE  mpirun only: seconds of silence before Open MPI's out-of-band
+#                             keepalive probes a node (default: comm.timeout_s + 30, from the deck)
 # Exit code: the program's (0, 42 when not requeued, 1, 2, 3, 4, 5, 128+signal), 0 after a requeue
 # or a resubmission; 2 when this script's own input is wrong.
 set -uo pipefail
@@ -113,7 +121,6 @@ if [ $in_slurm = 1 ]; then
 else
   say "start at $(date '+%F %T') on $(hostname -s), $np ranks"
 fi
-say "in $PWD: ${cmd[*]}"
 t0=$SECONDS
 stop_signal=""
 # Until every rank has installed its stop handler (first thing in main, but a rank spends its
@@ -124,6 +131,26 @@ ready=$PWD/.shardtrain-ready.$$.$RANDOM
 export SHARDTRAIN_READY_FILE=$ready
 ready_wait=${SHARDTRAIN_READY_WAIT:-300}
 held=""
+# Aborts: a rank that ends the job (the watchdog after comm.timeout_s, a stuck checkpoint write)
+# prints "aborting ... with exit code N" and calls MPI_Abort. mpirun then ends every rank, but
+# it waits for the daemon of a node it cannot reach (a cut link) until TCP gives up, minutes
+# later, and then exits with its own code. So the ranks' stderr passes through a filter that
+# notes the first such code; if the launcher has not ended SHARDTRAIN_ABORT_GRACE seconds
+# after it, this script ends the launcher (SIGTERM, then SIGKILL) and exits with that code.
+abort_grace=${SHARDTRAIN_ABORT_GRACE:-10}
+[[ $abort_grace =~ ^[0-9]+$ ]] || die "SHARDTRAIN_ABORT_GRACE='$abort_grace' is not a number of seconds"
+abort_note=$(mktemp "${TMPDIR:-/tmp}/shardtrain-abort.XXXXXX") || die "cannot create a temporary file"
+watch_aborts() {
+  # bash's read takes a line as soon as it ends (awk would wait for a block of input).
+  local line code=""
+  while IFS= read -r line || [ -n "$line" ]; do
+    printf '%s\n' "$line"
+    if [ -z "$code" ] && [[ $line =~ aborting\ (all\ ranks|the\ job)\ with\ exit\ code\ ([0-9]+) ]]; then
+      code=${BASH_REMATCH[2]}
+      echo "$code" > "$abort_note"
+    fi
+  done
+}
 on_signal() {
   # The first one counts; a second (e.g. the time limit's SIGTERM after our SIGUSR1) is passed on too.
   [ -z "$stop_signal" ] && stop_signal=$1
@@ -146,19 +173,54 @@ release_held() {  # passes a held signal on once the ranks are up (or the wait i
     sleep 0.2
   done
 }
-if [ $in_slurm = 0 ] && command -v setsid >/dev/null; then
-  # Its own session: a Ctrl-C in the terminal reaches this script only (which passes SIGUSR1 on),
-  # not mpirun, which would kill the ranks on SIGINT instead of letting them checkpoint.
-  setsid "${cmd[@]}" &
-else
-  "${cmd[@]}" &
-fi
-child=$!
+child=""
 trap 'on_signal SIGUSR1' USR1
 trap 'on_signal SIGTERM' TERM
 trap 'on_signal SIGINT' INT
-while :; do
+# Read from the deck (a few seconds: a singleton start of the binary), so after the signal traps
+# above: a stop signal meanwhile is held like one during the ranks' start.
+if [ "$launcher" = mpirun ]; then
+  # A node that becomes unreachable (a cut link) is declared lost by Open MPI's out-of-band
+  # TCP keepalive: its defaults (300 s idle + 9 probes x 20 s) leave mpirun waiting 8 minutes.
+  # Probed after comm.timeout_s + 30 s of silence, 3 probes 5 s apart: later than the
+  # watchdog, whose report and exit 3 must come first (a lost node makes mpirun end the job
+  # itself, exit 205, without the report), and soon enough to end a job whose ranks are all
+  # outside collectives. The daemons (orted) get the same settings and end the ranks of a node
+  # that lost mpirun.
+  keepalive=${SHARDTRAIN_OOB_KEEPALIVE:-}
+  if [ -z "$keepalive" ]; then
+    t=$("$bin" deck show "$deck" "${sets[@]}" 2>/dev/null |
+        awk '/^\[/ { c = ($1 == "[comm]") } c && $1 == "timeout_s" { print int($3 + 0.999) }')
+    [[ $t =~ ^[0-9]+$ ]] || t=600
+    keepalive=$(( (t > 0 ? t : 600) + 30 ))
+  fi
+  [[ $keepalive =~ ^[1-9][0-9]*$ ]] || die "SHARDTRAIN_OOB_KEEPALIVE='$keepalive' is not a positive number"
+  cmd=("${cmd[@]:0:${#launch[@]}}" --mca oob_tcp_keepalive_time "$keepalive" --mca oob_tcp_keepalive_intvl 5 --mca oob_tcp_keepalive_probes 3 "${cmd[@]:${#launch[@]}}")
+fi
+say "in $PWD: ${cmd[*]}"
+if [ $in_slurm = 0 ] && command -v setsid >/dev/null; then
+  # Its own session: a Ctrl-C in the terminal reaches this script only (which passes SIGUSR1 on),
+  # not mpirun, which would kill the ranks on SIGINT instead of letting them checkpoint.
+  setsid "${cmd[@]}" 2> >(watch_aborts >&2) &
+else
+  "${cmd[@]}" 2> >(watch_aborts >&2) &
+fi
+child=$!
+abort_code="" abort_at=""
+while kill -0 "$child" 2>/dev/null; do
   release_held
+  if [ -z "$abort_code" ] && [ -s "$abort_note" ]; then abort_code=$(cat "$abort_note"); abort_at=$SECONDS; fi
+  if [ -n "$abort_code" ] && [ $((SECONDS - abort_at)) -ge "$abort_grace" ]; then
+    say "the ranks aborted with exit code $abort_code ${abort_grace} s ago and $launcher still runs" \
+        "(it cannot reach a node?): ending it at $(date '+%T')"
+    kill -TERM "$child" 2>/dev/null || true
+    for _ in 1 2 3 4 5 6; do kill -0 "$child" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$child" 2>/dev/null || true
+    break
+  fi
+  sleep 0.5   # a trapped signal runs its handler when this returns
+done
+while :; do
   wait "$child"
   rc=$?
   # `wait` returns 128+n when a trapped signal interrupts it; the launcher then still runs.
@@ -166,7 +228,12 @@ while :; do
   break
 done
 trap - USR1 TERM INT
-rm -f "$ready"
+[ -z "$abort_code" ] && [ -s "$abort_note" ] && abort_code=$(cat "$abort_note")
+if [ -n "$abort_code" ] && [ "$rc" != "$abort_code" ]; then
+  say "$launcher exited $rc after the ranks aborted with exit code $abort_code: exiting $abort_code"
+  rc=$abort_code
+fi
+rm -f "$ready" "$abort_note"
 took=$((SECONDS - t0))
 
 # ---- the exit code ----------------------------------------------------------------------------

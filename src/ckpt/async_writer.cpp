@@ -12,6 +12,7 @@ AsyncWriter::AsyncWriter(MPI_Comm world) : world_(world) {
   ST_MPI_CHECK(MPI_Query_thread(&provided));
   ST_CHECK(provided == MPI_THREAD_MULTIPLE, "asynchronous checkpoints need MPI_THREAD_MULTIPLE");
   ST_MPI_CHECK(MPI_Comm_dup(world, &comm_));
+  watch_ = comm::watch_regions_like(comm_, "checkpoint writer", world);
 }
 
 AsyncWriter::~AsyncWriter() {
@@ -23,6 +24,7 @@ AsyncWriter::~AsyncWriter() {
       log::error(std::string("background checkpoint failed: ") + e.what());
     }
   }
+  watch_.reset();
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 

@@ -4,9 +4,11 @@
 
 #include "file_checks.h"
 #include "plan.h"
+#include "shardtrain/ckpt/attributes.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
 
@@ -39,10 +41,10 @@ TrainState read_train_group(hid_t file, const std::string& path, hid_t dxpl) {
   state.rng_state = read_small<uint8_t>(file, path, tg + "/rng_state", Elem::U8, dxpl);
   H5Id g(ST_H5_CHECK(H5Gopen2(file, kTrainGroup, H5P_DEFAULT)), H5Gclose);
   const std::string what = path + ": group /train";
-  state.step = read_attr_int64(g, "step", what);
-  state.tokens_seen = read_attr_int64(g, "tokens_seen", what);
-  state.lr_step = read_attr_int64(g, "lr_step", what);
-  state.extra_json = read_attr_string(g, "extra", what);
+  state.step = read_attr_int64(g, attr::kStep, what);
+  state.tokens_seen = read_attr_int64(g, attr::kTokensSeen, what);
+  state.lr_step = read_attr_int64(g, attr::kLrStep, what);
+  state.extra_json = read_attr_string(g, attr::kExtra, what);
   return state;
 }
 
@@ -72,6 +74,7 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
 
   // 1. Everything checked before a single value is read into the engine.
   runtime::run_agreed(world, [&] { file_errors_are_user_errors(path, [&] {
+    runtime::BlockingRegion region(world, "load.open");  // MPI_File_open, collective metadata reads
     file = open_checkpoint(path, world);
     std::vector<std::string> want;
     for (size_t i = 0; i < plan.size(); ++i) {
@@ -85,10 +88,10 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
                         " is not a parameter of this model (a checkpoint of another model?)");
     if (!link_exists(file, kOptimGroup)) throw UserError(path + ": group /optim is missing");
     H5Id og(ST_H5_CHECK(H5Gopen2(file, kOptimGroup, H5P_DEFAULT)), H5Gclose);
-    std::string name = read_attr_string(og, "name", path + ": group /optim");
+    std::string name = read_attr_string(og, attr::kOptimizerName, path + ": group /optim");
     if (name != snap.optimizer)
       throw UserError(path + ": written with optimizer '" + name + "', this run uses '" + snap.optimizer + "'");
-    opt_steps = read_attr_int64(og, "steps_taken", path + ": group /optim");
+    opt_steps = read_attr_int64(og, attr::kStepsTaken, path + ": group /optim");
     if (opt_steps < 0) throw UserError(path + ": group /optim: negative steps_taken");
     for (size_t i = 0; i < plan.size(); ++i)
       for (size_t k = 0; k < ns; ++k)
@@ -113,6 +116,7 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
       for (size_t k = 0; k <= ns; ++k) {
         std::string dpath = k == 0 ? model_path(p.name) : optim_path(snap.state_names[k - 1], p.name);
         float* base = k == 0 ? v.master : v.states[k - 1];
+        runtime::BlockingRegion region(world, "load.read");
         H5Id d(ST_H5_CHECK(H5Dopen2(file, dpath.c_str(), H5P_DEFAULT)), H5Dclose);
         H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
         select_piece(fs, p.shape, p.shard);
@@ -125,9 +129,13 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
         local[2 * j + 1] = dg.weighted;
       }
     }
+    runtime::BlockingRegion region(world, "load.train_state");
     state = read_train_group(file, path, dxpl);
   }); });
-  ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
+  {
+    runtime::BlockingRegion region(world, "load.digests");
+    ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
+  }
   runtime::run_agreed(world, [&] {
     for (size_t i = 0; i < plan.size(); ++i)
       for (size_t k = 0; k <= ns; ++k) {
@@ -138,7 +146,10 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
                           ": checksum mismatch (the data is corrupt)");
       }
   });
-  file.close();
+  {
+    runtime::BlockingRegion region(world, "load.close");
+    file.close();
+  }
 
   // Padding past the last parameter is not in the file: zero, as the engine initialises it.
   for (FlatView& v : snap.flats) {
@@ -158,23 +169,23 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
   H5Id file = open_checkpoint(path, MPI_COMM_NULL);
   const std::string what = "checkpoint " + path;
   CheckpointMeta m;
-  m.version = read_attr_int64(file, "version", what);
-  m.step = read_attr_int64(file, "step", what);
-  m.tokens_seen = read_attr_int64(file, "tokens_seen", what);
-  m.world_size = read_attr_int64(file, "world_size", what);
-  m.shard_group_size = read_attr_int64(file, "shard_group_size", what);
-  m.replicate_size = read_attr_int64(file, "replicate_size", what);
-  m.strategy = read_attr_string(file, "strategy", what);
-  m.created = read_attr_string(file, "created", what);
-  m.library_versions = read_attr_string(file, "library_versions", what);
-  m.model_spec_json = read_attr_string(file, "model_spec", what);
-  m.deck_text = read_attr_string(file, "deck", what);
-  if (has_attr(file, "run_id")) m.run_id = read_attr_string(file, "run_id", what);
-  if (has_attr(file, "save_seq")) m.save_seq = read_attr_int64(file, "save_seq", what);
+  m.version = read_attr_int64(file, attr::kVersion, what);
+  m.step = read_attr_int64(file, attr::kStep, what);
+  m.tokens_seen = read_attr_int64(file, attr::kTokensSeen, what);
+  m.world_size = read_attr_int64(file, attr::kWorldSize, what);
+  m.shard_group_size = read_attr_int64(file, attr::kShardGroupSize, what);
+  m.replicate_size = read_attr_int64(file, attr::kReplicateSize, what);
+  m.strategy = read_attr_string(file, attr::kStrategy, what);
+  m.created = read_attr_string(file, attr::kCreated, what);
+  m.library_versions = read_attr_string(file, attr::kLibraryVersions, what);
+  m.model_spec_json = read_attr_string(file, attr::kModelSpec, what);
+  m.deck_text = read_attr_string(file, attr::kDeck, what);
+  if (has_attr(file, attr::kRunId)) m.run_id = read_attr_string(file, attr::kRunId, what);
+  if (has_attr(file, attr::kSaveSeq)) m.save_seq = read_attr_int64(file, attr::kSaveSeq, what);
   if (link_exists(file, kOptimGroup)) {
     H5Id og(ST_H5_CHECK(H5Gopen2(file, kOptimGroup, H5P_DEFAULT)), H5Gclose);
-    m.optimizer = read_attr_string(og, "name", what + ": group /optim");
-    m.optimizer_steps = read_attr_int64(og, "steps_taken", what + ": group /optim");
+    m.optimizer = read_attr_string(og, attr::kOptimizerName, what + ": group /optim");
+    m.optimizer_steps = read_attr_int64(og, attr::kStepsTaken, what + ": group /optim");
   }
   return m;
 }

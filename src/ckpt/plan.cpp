@@ -8,6 +8,7 @@
 
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/ckpt/h5.h"
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 
@@ -51,6 +52,7 @@ std::vector<ParamPlan> make_plan(const Snapshot& snap, MPI_Comm world, bool spli
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
   uint64_t h = layout_hash(snap), lo = 0, hi = 0;
+  runtime::BlockingRegion region(world, "plan");  // a save's or a load's first collectives
   ST_MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, world));
   ST_MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, world));
   ST_CHECK(lo == hi, "ranks disagree on the model's flat layout or optimizer; every rank must wrap the same model");

@@ -1,4 +1,5 @@
 // Run ids, the run record, DirLock and move_aside: directory ownership in plain POSIX calls.
+#include "shardtrain/ckpt/attributes.h"
 #include "shardtrain/ckpt/run_dir.h"
 
 #include <fcntl.h>
@@ -140,8 +141,8 @@ std::vector<StepFile> list_step_files(const std::string& dir) {
     f.path = e.path().string();
     try {
       H5Id file = open_checkpoint(f.path, MPI_COMM_NULL);
-      if (has_attr(file, "run_id")) f.run_id = read_attr_string(file, "run_id", f.path);
-      if (has_attr(file, "save_seq")) f.save_seq = read_attr_int64(file, "save_seq", f.path);
+      if (has_attr(file, attr::kRunId)) f.run_id = read_attr_string(file, attr::kRunId, f.path);
+      if (has_attr(file, attr::kSaveSeq)) f.save_seq = read_attr_int64(file, attr::kSaveSeq, f.path);
       f.readable = true;
     } catch (const Error&) {
       f.readable = false;  // truncated, not HDF5, another format: nobody's we can name

@@ -13,12 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include "plan.h"
+#include "shardtrain/ckpt/attributes.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/preflight.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/runtime/runtime.h"
 #include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
@@ -48,25 +50,26 @@ nlohmann::json rank0_metadata(const TrainState& st, const CheckpointInfo& info, 
     std::string mpi(mpiver, len);
     mpi = mpi.substr(0, mpi.find_first_of(",\n"));
     nlohmann::json j;
-    j["created"] = created;
-    j["versions"] = std::string("shardtrain ") + SHARDTRAIN_VERSION + "; libtorch " + TORCH_VERSION + "; HDF5 " +
+    j[attr::kCreated] = created;
+    j[attr::kLibraryVersions] = std::string("shardtrain ") + SHARDTRAIN_VERSION + "; libtorch " + TORCH_VERSION + "; HDF5 " +
                     std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(c) + "; " + mpi;
-    j["step"] = st.step;
-    j["tokens_seen"] = st.tokens_seen;
-    j["lr_step"] = st.lr_step;
+    j[attr::kStep] = st.step;
+    j[attr::kTokensSeen] = st.tokens_seen;
+    j[attr::kLrStep] = st.lr_step;
     j["data_cursor"] = st.data_cursor;
     j["rng_state"] = st.rng_state;
-    j["extra_json"] = st.extra_json;
-    j["deck_text"] = info.deck_text;
-    j["model_spec_json"] = info.model_spec_json;
-    j["strategy"] = info.strategy;
-    j["shard_group_size"] = info.shard_group_size;
-    j["replicate_size"] = info.replicate_size;
-    j["run_id"] = info.run_id;
-    j["save_seq"] = info.save_seq;
+    j[attr::kExtra] = st.extra_json;
+    j[attr::kDeck] = info.deck_text;
+    j[attr::kModelSpec] = info.model_spec_json;
+    j[attr::kStrategy] = info.strategy;
+    j[attr::kShardGroupSize] = info.shard_group_size;
+    j[attr::kReplicateSize] = info.replicate_size;
+    j[attr::kRunId] = info.run_id;
+    j[attr::kSaveSeq] = info.save_seq;
     text = j.dump();
   }
   int64_t n = static_cast<int64_t>(text.size());
+  runtime::BlockingRegion region(world, "save.metadata");
   ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
   text.resize(static_cast<size_t>(n));
   ST_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, world));
@@ -229,7 +232,11 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
     {
       std::string failure;
       // EXCL: rank 0 creates the file with O_EXCL (MPI_MODE_EXCL), which follows no link.
-      hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl, fapl);
+      hid_t f;
+      {
+        runtime::BlockingRegion region(world, "save.create");  // MPI_File_open and HDF5's broadcasts
+        f = H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl, fapl);
+      }
       if (f < 0) {
         failure = where + "cannot create the file with MPI-IO: " + detail::h5_innermost_message();
       } else {
@@ -251,7 +258,10 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       if (!failure.empty()) failure = where + failure;
       if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
       reserved = held;
-      ST_MPI_CHECK(MPI_Bcast(&reserved, 1, MPI_INT, 0, world));
+      {
+        runtime::BlockingRegion region(world, "save.reserve");
+        ST_MPI_CHECK(MPI_Bcast(&reserved, 1, MPI_INT, 0, world));
+      }
       // Without a reservation (no fallocate on this file system) a metadata write may still
       // fail on some ranks inside HDF5's barriers and hang there: then the whole write gets a
       // deadline, at least stuck_seconds and ample for 50 MB/s.
@@ -261,21 +271,22 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
                            where + "write failed: the write did not complete (no space reservation on this file system)",
                            kExitIo, tmp);
 
-      write_attr_string(file, "format", kFormatName);
-      write_attr_int64(file, "version", kFormatVersion);
-      write_attr_int64(file, "step", meta["step"].get<int64_t>());
-      write_attr_int64(file, "tokens_seen", meta["tokens_seen"].get<int64_t>());
-      write_attr_int64(file, "world_size", size);
-      write_attr_int64(file, "shard_group_size", meta["shard_group_size"].get<int64_t>());
-      write_attr_int64(file, "replicate_size", meta["replicate_size"].get<int64_t>());
-      write_attr_string(file, "strategy", meta["strategy"].get<std::string>());
-      write_attr_string(file, "created", meta["created"].get<std::string>());
-      write_attr_string(file, "library_versions", meta["versions"].get<std::string>());
-      write_attr_string(file, "model_spec", meta["model_spec_json"].get<std::string>());
-      write_attr_string(file, "deck", meta["deck_text"].get<std::string>());
-      if (!meta["run_id"].get<std::string>().empty()) {
-        write_attr_string(file, "run_id", meta["run_id"].get<std::string>());
-        write_attr_int64(file, "save_seq", meta["save_seq"].get<int64_t>());
+      std::optional<runtime::BlockingRegion> attributes(std::in_place, world, "save.attributes");
+      write_attr_string(file, attr::kFormat, kFormatName);
+      write_attr_int64(file, attr::kVersion, kFormatVersion);
+      write_attr_int64(file, attr::kStep, meta[attr::kStep].get<int64_t>());
+      write_attr_int64(file, attr::kTokensSeen, meta[attr::kTokensSeen].get<int64_t>());
+      write_attr_int64(file, attr::kWorldSize, size);
+      write_attr_int64(file, attr::kShardGroupSize, meta[attr::kShardGroupSize].get<int64_t>());
+      write_attr_int64(file, attr::kReplicateSize, meta[attr::kReplicateSize].get<int64_t>());
+      write_attr_string(file, attr::kStrategy, meta[attr::kStrategy].get<std::string>());
+      write_attr_string(file, attr::kCreated, meta[attr::kCreated].get<std::string>());
+      write_attr_string(file, attr::kLibraryVersions, meta[attr::kLibraryVersions].get<std::string>());
+      write_attr_string(file, attr::kModelSpec, meta[attr::kModelSpec].get<std::string>());
+      write_attr_string(file, attr::kDeck, meta[attr::kDeck].get<std::string>());
+      if (!meta[attr::kRunId].get<std::string>().empty()) {
+        write_attr_string(file, attr::kRunId, meta[attr::kRunId].get<std::string>());
+        write_attr_int64(file, attr::kSaveSeq, meta[attr::kSaveSeq].get<int64_t>());
       }
 
       H5Id lcpl(ST_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
@@ -295,9 +306,10 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       }
       {
         H5Id og(ST_H5_CHECK(H5Gopen2(file, kOptimGroup, H5P_DEFAULT)), H5Gclose);
-        write_attr_string(og, "name", snap.optimizer);
-        write_attr_int64(og, "steps_taken", snap.optimizer_steps);
+        write_attr_string(og, attr::kOptimizerName, snap.optimizer);
+        write_attr_int64(og, attr::kStepsTaken, snap.optimizer_steps);
       }
+      attributes.reset();
 
       // One dataset per parameter and per state array: create, write own piece, digest.
       // A failed data write is recorded, not thrown: this rank keeps taking part in the
@@ -312,7 +324,11 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
         for (size_t k = 0; k <= ns; ++k) {
           std::string dpath = k == 0 ? model_path(p.name) : optim_path(snap.state_names[k - 1], p.name);
           const float* base = k == 0 ? v.master : v.states[k - 1];
-          H5Id d = create_dataset(file, dpath, H5T_IEEE_F32LE, p.shape, lcpl, dcpl);
+          H5Id d;
+          {
+            runtime::BlockingRegion region(world, "save.create_dataset");  // collective metadata
+            d = create_dataset(file, dpath, H5T_IEEE_F32LE, p.shape, lcpl, dcpl);
+          }
           H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
           select_piece(fs, p.shape, p.own);
           H5Id ms(piece_mem_space(p.own), H5Sclose);
@@ -322,6 +338,10 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
           // earlier write failed stops writing).
           const bool write = opts.collective_data ? shape_numel(p.shape) > 0 : p.own.numel() > 0 && failure.empty();
           if (write) {
+            // Collective transfers wait for every rank: a region. Independent ones wait only
+            // for the storage (bounded by the flush's deadline, not by comm.timeout_s).
+            std::optional<runtime::BlockingRegion> region;
+            if (opts.collective_data) region.emplace(world, "save.write_data");
             errno = 0;
             if (H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, data_dxpl, src) < 0 && failure.empty()) {
               const int e = errno;  // MPI-IO's pwrite errno, before anything else can change it
@@ -339,13 +359,17 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
         }
       }
       if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
-      ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
-      for (size_t j = 0; j < datasets.size(); ++j) {
-        write_attr_uint64s(datasets[j], kDigestAttr, {total[2 * j], total[2 * j + 1]});
-        datasets[j].close();
+      {
+        runtime::BlockingRegion region(world, "save.digests");
+        ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
+        for (size_t j = 0; j < datasets.size(); ++j) {
+          write_attr_uint64s(datasets[j], kDigestAttr, {total[2 * j], total[2 * j + 1]});
+          datasets[j].close();
+        }
+        datasets.clear();
       }
-      datasets.clear();
 
+      std::optional<runtime::BlockingRegion> train_state(std::in_place, world, "save.train_state");
       std::vector<int64_t> cursor = meta["data_cursor"].get<std::vector<int64_t>>();
       std::vector<uint8_t> rng = meta["rng_state"].get<std::vector<uint8_t>>();
       for (int e : {write_small(file, std::string(kTrainGroup) + "/data_cursor", H5T_STD_I64LE, H5T_NATIVE_INT64,
@@ -356,11 +380,12 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
           failure = where + "write failed: " + detail::write_failure_reason(e < 0 ? 0 : e, dir, need);
       {
         H5Id tg(ST_H5_CHECK(H5Gopen2(file, kTrainGroup, H5P_DEFAULT)), H5Gclose);
-        write_attr_int64(tg, "step", meta["step"].get<int64_t>());
-        write_attr_int64(tg, "tokens_seen", meta["tokens_seen"].get<int64_t>());
-        write_attr_int64(tg, "lr_step", meta["lr_step"].get<int64_t>());
-        write_attr_string(tg, "extra", meta["extra_json"].get<std::string>());
+        write_attr_int64(tg, attr::kStep, meta[attr::kStep].get<int64_t>());
+        write_attr_int64(tg, attr::kTokensSeen, meta[attr::kTokensSeen].get<int64_t>());
+        write_attr_int64(tg, attr::kLrStep, meta[attr::kLrStep].get<int64_t>());
+        write_attr_string(tg, attr::kExtra, meta[attr::kExtra].get<std::string>());
       }
+      train_state.reset();
       // The flush writes metadata collectively: it must not start after a failed write.
       if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
       // Data on stable storage before the rename makes it visible (MPI_File_sync on every
@@ -379,7 +404,12 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       // Nothing is dirty any more: the close only sets the size (to HDF5's end of allocation,
       // which also gives back what the reservation overshot) and closes.
       errno = 0;
-      if (H5Fclose(file.release()) < 0) {
+      int closed;
+      {
+        runtime::BlockingRegion region(world, "save.close");  // MPI_File_set_size, MPI_File_close
+        closed = H5Fclose(file.release());
+      }
+      if (closed < 0) {
         const int e = errno;
         log::debug(log::fmt("checkpoint ", tmp, ": H5Fclose failed: ", detail::h5_innermost_message(), " (errno ", e, ")"));
         failure = where + "write failed (close): " + detail::write_failure_reason(e, dir, need);
@@ -401,7 +431,10 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       io::commit_temp(tmp, path, "checkpoint");
     });
   }
-  ST_MPI_CHECK(MPI_Barrier(world));
+  {
+    runtime::BlockingRegion region(world, "save.done");
+    ST_MPI_CHECK(MPI_Barrier(world));
+  }
   return IoStats{timer.seconds(), snapshot_file_bytes(snap)};
 }
 

@@ -6,9 +6,11 @@
 
 #include "file_checks.h"
 #include "plan.h"
+#include "shardtrain/ckpt/attributes.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::ckpt {
@@ -87,9 +89,9 @@ H5Id open_checkpoint(const std::string& path, MPI_Comm comm) {
   H5Id file(f, H5Fclose);
   const std::string what = "checkpoint " + path;
   refuse_foreign_links(file, what);
-  std::string format = read_attr_string(file, "format", what);
+  std::string format = read_attr_string(file, attr::kFormat, what);
   if (format != kFormatName) throw UserError(what + ": format is '" + format + "', not '" + kFormatName + "'");
-  int64_t version = read_attr_int64(file, "version", what);
+  int64_t version = read_attr_int64(file, attr::kVersion, what);
   if (version != kFormatVersion)
     throw UserError(what + ": format version " + std::to_string(version) + " (this build reads " +
                     std::to_string(kFormatVersion) + ")");
@@ -209,6 +211,7 @@ void verify_checkpoint(const std::string& path, MPI_Comm world) {
   std::vector<std::string> paths;
   std::vector<DatasetCheck> checks;
   runtime::run_agreed(world, [&] { file_errors_are_user_errors(path, [&] {
+    runtime::BlockingRegion region(world, "verify.open");
     file = open_checkpoint(path, world);
     std::vector<std::string> params = list_links(file, kModelGroup);
     for (const auto& n : params) {
@@ -242,6 +245,7 @@ void verify_checkpoint(const std::string& path, MPI_Comm world) {
     ST_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
     for (size_t i = 0; i < paths.size(); ++i) {
       const DatasetCheck& c = checks[i];
+      runtime::BlockingRegion region(world, "verify.read");  // collective reads of at most 8M elements
       H5Id d(ST_H5_CHECK(H5Dopen2(file, paths[i].c_str(), H5P_DEFAULT)), H5Dclose);
       H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
       const int64_t lo = c.numel * rank / size, hi = c.numel * (rank + 1) / size;
@@ -260,7 +264,11 @@ void verify_checkpoint(const std::string& path, MPI_Comm world) {
       local[3 * i + 1] = dg.weighted;
     }
   }); });
-  ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
+  {
+    runtime::BlockingRegion region(world, "verify.digests");
+    ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
+    file.reset();  // H5Fclose: collective
+  }
   runtime::run_agreed(world, [&] {
     for (size_t i = 0; i < paths.size(); ++i)
       if (total[3 * i] != checks[i].stored.sum || total[3 * i + 1] != checks[i].stored.weighted)

@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kQueryTag = 7301;
 constexpr int kReplyTag = 7302;
+constexpr int kAbortFlushMs = 500;
 
 struct Entry {
   Watched* w = nullptr;
@@ -127,6 +128,13 @@ class Watchdog {
   }
 
   [[noreturn]] void fatal(Entry& e, const Watched::Fatal& f) {
+    // First, one line that the job scripts watch for (jobscripts/run-training.sh): it must reach
+    // the launcher even when the report below is cut short by the abort. The peers' replies
+    // take up to kWatchdogReplyWaitS, time enough for it to be forwarded.
+    std::fputs(concat("shardtrain watchdog [rank ", error_rank(), "]: ", f.reason, " in group '", e.w->watched_name(),
+                      "': aborting the job with exit code ", kExitCommTimeout, " (report follows)\n").c_str(),
+               stderr);
+    std::fflush(stderr);
     // Ask every other member for its progress, keep answering others while we wait.
     std::vector<uint64_t> replies(3 * e.size, 0);
     std::vector<MPI_Request> recvs(e.size, MPI_REQUEST_NULL), sends(e.size, MPI_REQUEST_NULL);
@@ -165,8 +173,8 @@ class Watchdog {
     std::string s;
     s += concat("shardtrain watchdog [rank ", error_rank(), "]: collective ", f.reason,
                 " in group '", e.w->watched_name(), "' (", e.size, " ranks): seq ", f.seq, " ",
-                f.op, " of ", f.numel, " ", f.dtype, " elements, outstanding for ", f.running_s,
-                " s\n");
+                f.op, f.dtype == "-" && f.numel == 0 ? std::string() : concat(" of ", f.numel, " ", f.dtype, " elements"),
+                ", outstanding for ", f.running_s, " s\n");
     if (!query_error.empty()) s += concat("  (querying peers failed: ", query_error, ")\n");
     std::vector<std::string> missing, silent, where;
     for (int q = 0; q < e.size; ++q) {
@@ -206,6 +214,9 @@ class Watchdog {
     std::fputs(s.c_str(), stderr);
     std::fflush(stderr);
     std::fflush(stdout);
+    // Let mpirun's output forwarding take the report before MPI_Abort ends the ranks (measured
+    // on the test cluster: without it the report's last lines can be lost).
+    std::this_thread::sleep_for(std::chrono::milliseconds(kAbortFlushMs));
     for (Entry& other : entries_) other.w->abort_backend();
     MPI_Abort(MPI_COMM_WORLD, kExitCommTimeout);
     std::_Exit(kExitCommTimeout);

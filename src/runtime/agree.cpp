@@ -1,6 +1,8 @@
 // run_agreed: an all-reduce of the failure code, then a broadcast of the first message.
 #include "shardtrain/runtime/agree.h"
 
+#include "shardtrain/runtime/blocking_region.h"
+
 #include <string>
 #include <vector>
 
@@ -26,15 +28,20 @@ void run_agreed(MPI_Comm comm, const std::function<void()>& fn) {
     code = kExitInternal;
     msg = e.what();
   }
-  // Lowest failing rank speaks; its code decides the exception type.
+  // Lowest failing rank speaks; its code decides the exception type. The agreement (not fn,
+  // which names its own regions) is a blocking region: a peer that never arrives (a cut link)
+  // ends the job through the watchdog when comm is watched.
   int mine = code != kExitOk ? rank : 1 << 30, first = 0;
-  ST_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == 1 << 30) return;
   int hdr[2] = {code, static_cast<int>(msg.size())};
-  ST_MPI_CHECK(MPI_Bcast(hdr, 2, MPI_INT, first, comm));
   std::vector<char> buf(msg.begin(), msg.end());
-  buf.resize(hdr[1]);
-  ST_MPI_CHECK(MPI_Bcast(buf.data(), hdr[1], MPI_CHAR, first, comm));
+  {
+    BlockingRegion region(comm, "agree");
+    ST_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+    if (first == 1 << 30) return;
+    ST_MPI_CHECK(MPI_Bcast(hdr, 2, MPI_INT, first, comm));
+    buf.resize(hdr[1]);
+    ST_MPI_CHECK(MPI_Bcast(buf.data(), hdr[1], MPI_CHAR, first, comm));
+  }
   std::string text(buf.begin(), buf.end());
   if (hdr[0] == kExitUserInput) {
     UserError e(text);

@@ -1,6 +1,8 @@
 // MPI start-up with MPI_THREAD_MULTIPLE, and an abort that ends every rank.
 #include "shardtrain/runtime/runtime.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -53,7 +55,16 @@ void Runtime::abort(int code) {
   MPI_Finalized(&finalized);
   // A singleton's private session directory stays behind an abort (MPI_Abort may still use it,
   // and its orted does); the next singleton start on this host removes it (singleton_session.h).
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  if (initialized && !finalized) {
+    // The launcher script watches for this line (jobscripts/run-training.sh): when mpirun cannot
+    // reach a node to end its ranks, the script still ends the job with this code.
+    std::fprintf(stderr, "shardtrain: aborting the job with exit code %d\n", code);
+    std::fflush(stderr);
+    // Time for mpirun's output forwarding to take this line (and the message before it): the
+    // abort ends the ranks, and what is still in their pipes can be lost.
+    ::usleep(500 * 1000);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   remove_private_session_dir();  // MPI was never started: nothing uses it
   std::_Exit(code);
 }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
@@ -20,6 +21,7 @@ NonFinitePolicy nonfinite_policy_from_deck(const deck::Deck& d) {
 
 bool step_is_finite(double local_loss, double grad_norm, MPI_Comm world) {
   int bad = !(std::isfinite(local_loss) && std::isfinite(grad_norm)), any = 0;
+  runtime::BlockingRegion region(world, "step.finite");
   ST_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, world));
   return any == 0;
 }

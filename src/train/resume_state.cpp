@@ -10,6 +10,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/train/leaf_plan.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
@@ -120,6 +121,7 @@ ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch,
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
   std::vector<uint8_t> mine = generator_state(device);
   int64_t bytes = static_cast<int64_t>(mine.size()), max_bytes = 0;
+  runtime::BlockingRegion region(world, "save.rng_state");  // the train state of a checkpoint
   ST_MPI_CHECK(MPI_Allreduce(&bytes, &max_bytes, 1, MPI_INT64_T, MPI_MAX, world));
   ST_CHECK(max_bytes == bytes, "generator state sizes differ between ranks (", bytes, " vs ", max_bytes, " bytes)");
   ckpt::TrainState st;

@@ -6,6 +6,7 @@
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 
@@ -16,6 +17,7 @@ namespace {
 
 void bcast(std::string& s, MPI_Comm world) {
   int64_t n = static_cast<int64_t>(s.size());
+  runtime::BlockingRegion region(world, "setup.run_dirs");
   ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
   s.resize(static_cast<size_t>(n));
   ST_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, world));
@@ -146,6 +148,7 @@ RunDirs claim_run_dirs(const RunDirsRequest& req, MPI_Comm world) {
   bcast(out.resume, world);
   bcast(out.notes, world);
   int fresh = out.new_run;
+  runtime::BlockingRegion region(world, "setup.run_dirs");
   ST_MPI_CHECK(MPI_Bcast(&fresh, 1, MPI_INT, 0, world));
   out.new_run = fresh != 0;
   return out;

@@ -3,6 +3,7 @@
 
 #include <csignal>
 
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/mpi_check.h"
 
@@ -15,7 +16,10 @@ SaveSchedule::Decision SaveSchedule::poll(int64_t step, bool finished) {
   // [0] stop signal of any rank, [1] rank 0's clock says the interval is over.
   int64_t local[2] = {stop_signal(), 0}, global[2] = {0, 0};
   if (rank_ == 0 && every_minutes_ > 0 && since_save_.seconds() >= 60.0 * every_minutes_) local[1] = 1;
-  ST_MPI_CHECK(MPI_Allreduce(local, global, 2, MPI_INT64_T, MPI_MAX, world_));
+  {
+    runtime::BlockingRegion region(world_, "step.save_decision");
+    ST_MPI_CHECK(MPI_Allreduce(local, global, 2, MPI_INT64_T, MPI_MAX, world_));
+  }
   Decision d;
   auto add = [&d](const std::string& why) {
     d.save = true;

@@ -1,6 +1,7 @@
 // StepLogger: the logging schedule and the reductions behind one metrics record.
 #include "step_logger.h"
 
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/train/alloc_tracker.h"
 #include "shardtrain/util/memory.h"
 #include "shardtrain/util/mpi_check.h"
@@ -9,6 +10,7 @@ namespace shardtrain::train {
 namespace {
 double allreduce(double v, MPI_Op op, MPI_Comm c) {
   double out = 0;
+  runtime::BlockingRegion region(c, "step.log");
   ST_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, op, c));
   return out;
 }

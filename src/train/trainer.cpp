@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -24,10 +25,12 @@
 #include "shardtrain/ckpt/manager.h"
 #include "shardtrain/ckpt/preflight.h"
 #include "shardtrain/ckpt/tools.h"
+#include "shardtrain/comm/watch_regions.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
 #include "shardtrain/model/bf16_gemm.h"
 #include "shardtrain/optim/kokkos_scope.h"
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/alloc_tracker.h"
 #include "shardtrain/train/job.h"
@@ -176,9 +179,16 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   install_alloc_tracker();
   optim::KokkosScope kokkos;
   install_stop_signal_handlers();
+  // From here on, every collective outside the engine's communicators (set-up, agreements,
+  // checkpoints, the per-step decisions) is a blocking region under the watchdog: a peer that
+  // never arrives (a cut link) ends the job with exit 3 after comm.timeout_s.
+  const std::unique_ptr<comm::RegionWatch> watch_world =
+      comm::watch_regions(world, "world", d.get_float("comm.timeout_s"));
 
   // ---- topology, mesh, device, communicators, the model on meta ----------------------
+  std::optional<runtime::BlockingRegion> opening(std::in_place, world, "setup.groups");
   ShardedJob job = open_sharded_job(world, d);
+  opening.reset();
   const runtime::Topology& topo = job.topo;
   const runtime::DeviceMesh* mesh = job.mesh.get();
   const fsdp::Strategy strategy = job.strategy;
@@ -244,6 +254,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   });
   {
     int64_t n = static_cast<int64_t>(data_id.size());
+    runtime::BlockingRegion region(world, "setup.data_identity");
     ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
     data_id.resize(static_cast<size_t>(n));
     ST_MPI_CHECK(MPI_Bcast(data_id.data(), static_cast<int>(n), MPI_CHAR, 0, world));

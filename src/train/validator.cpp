@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::train {
@@ -35,6 +36,7 @@ void Validator::after_step(int64_t step) {
     }
   }
   double tot[3];
+  runtime::BlockingRegion region(world_, "validate.sum");
   ST_MPI_CHECK(MPI_Allreduce(sums, tot, 3, MPI_DOUBLE, MPI_SUM, world_));
   if (tot[1] == 0) return;
   loss_ = tot[0] / tot[1];

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/comm/watch_regions.h"
 
 namespace shardtrain::ckpt {
 
@@ -16,7 +17,8 @@ namespace shardtrain::ckpt {
 // the world communicator, so the training thread's collectives never match its
 // messages; MPI_THREAD_MULTIPLE is required and the runtime ensures it), then `after`
 // (rename bookkeeping). HDF5 is not thread-safe in this build: nothing else may call
-// HDF5 until wait() returns.
+// HDF5 until wait() returns. When `world` is watched (comm::watch_regions), so is the
+// duplicate: a save stuck in a collective (a cut link) ends the job after comm.timeout_s.
 class AsyncWriter {
  public:
   explicit AsyncWriter(MPI_Comm world);  // collective: duplicates world
@@ -30,6 +32,7 @@ class AsyncWriter {
 
  private:
   MPI_Comm world_, comm_ = MPI_COMM_NULL;
+  std::unique_ptr<comm::RegionWatch> watch_;  // of comm_, while it lives
   std::thread thread_;
   std::exception_ptr error_;
 };
