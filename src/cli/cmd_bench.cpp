@@ -6,6 +6,7 @@
 #include "bench_command.h"
 #include "command.h"
 #include "shardtrain/comm/bench.h"
+#include "shardtrain/comm/dtype.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/util/error.h"
 
@@ -49,7 +50,7 @@ void add_bench_collectives(CLI::App& app, CommandFn& selected) {
   sub->add_option("--max-bytes", args->max_bytes, "Largest total size (e.g. 64M); sizes double")
       ->capture_default_str();
   sub->add_option("--dtype", args->opts.dtype, "fp32 | fp64 | bf16 | fp16")
-      ->check(CLI::IsMember({"fp32", "fp64", "bf16", "fp16"}))
+      ->check(CLI::IsMember(comm::float_dtype_short_names()))
       ->capture_default_str();
   sub->add_option("--iters", args->opts.iters, "Timed iterations per size (1 .. 1000000)")
       ->check(CLI::Range(1, 1000000))

@@ -140,11 +140,13 @@ int64_t parse_byte_size(const std::string& text) {
 }
 
 at::ScalarType parse_float_dtype(const std::string& t) {
-  if (t == "fp32" || t == "float32" || t == "float") return at::kFloat;
-  if (t == "fp64" || t == "float64" || t == "double") return at::kDouble;
-  if (t == "bf16" || t == "bfloat16") return at::kBFloat16;
-  if (t == "fp16" || t == "float16" || t == "half") return at::kHalf;
-  throw UserError("unknown dtype '" + t + "': expected fp32, fp64, bf16 or fp16");
+  const std::optional<at::ScalarType> d = dtype_from_name(t, /*with_alias=*/true);
+  if (d && at::isFloatingType(*d)) return *d;
+  const std::vector<std::string> names = float_dtype_short_names();
+  std::string expected;
+  for (size_t i = 0; i < names.size(); ++i)
+    expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  throw UserError("unknown dtype '" + t + "': expected " + expected);
 }
 
 std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
@@ -187,7 +189,7 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
   const MPI_Datatype mt = detail::mpi_datatype(dtype);
   const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
   const MPI_Op sum = half ? detail::half_mpi_op(dtype, ReduceOp::Sum) : MPI_SUM;
-  const std::string tname = detail::dtype_name(dtype);
+  const std::string tname = dtype_long_name(dtype);
 
   std::vector<CollectivesBenchRow> rows;
   char line[320];

@@ -1,17 +1,16 @@
-// Helpers shared by the comm backends: dtype names, argument validation, error messages.
+// Helpers shared by the comm backends: argument validation, error messages (dtype names: dtype.h).
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <string>
 
 #include "shardtrain/comm/comm.h"
+#include "shardtrain/comm/dtype.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::comm::detail {
 
 using ::shardtrain::detail::concat;
-
-std::string dtype_name(at::ScalarType t);
 
 // Throws shardtrain::Error "[rank R] comm 'group' op: msg" (the message the caller of
 // wait() or of the collective sees).

@@ -245,7 +245,7 @@ class MpiComm final : public Comm, public Watched {
                 std::function<void()> fn) {
     std::lock_guard<std::mutex> lock(issue_mu_);  // seq order == queue order
     const uint64_t seq = issued_.load() + 1;
-    std::string dname = dtype == at::ScalarType::Undefined ? "-" : dtype_name(dtype);
+    std::string dname = dtype == at::ScalarType::Undefined ? "-" : dtype_long_name(dtype);
     recorder_.issued(seq, op, numel, dname, now_seconds());
     auto work = std::make_shared<MpiWork>(seq, std::move(keep), worker_);
     const uint64_t task = worker_->post([this, seq, work, fn = std::move(fn), op, numel, dname] {

@@ -18,7 +18,7 @@ MPI_Datatype mpi_datatype(at::ScalarType t) {
     case at::kHalf: return MPI_UINT16_T;
     case at::kLong: return MPI_INT64_T;
     case at::kInt: return MPI_INT32_T;
-    default: ST_CHECK(false, "no MPI datatype for ", dtype_name(t));
+    default: ST_CHECK(false, "no MPI datatype for ", dtype_long_name(t));
   }
   return MPI_DATATYPE_NULL;
 }

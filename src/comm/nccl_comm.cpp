@@ -45,7 +45,7 @@ ncclDataType_t nccl_dtype(at::ScalarType t) {
     case at::kBFloat16: return ncclBfloat16;
     case at::kHalf: return ncclFloat16;
     case at::kLong: return ncclInt64;
-    default: ST_CHECK(false, "no NCCL dtype for ", dtype_name(t));
+    default: ST_CHECK(false, "no NCCL dtype for ", dtype_long_name(t));
   }
   return ncclFloat32;
 }
@@ -290,7 +290,7 @@ class NcclComm final : public Comm, public Watched {
     f->seq = seq;
     f->op = op;
     f->numel = numel;
-    f->dtype = dtype == at::ScalarType::Undefined ? "-" : dtype_name(dtype);
+    f->dtype = dtype == at::ScalarType::Undefined ? "-" : dtype_long_name(dtype);
     f->issued_s = now_seconds();
     f->keep = std::move(keep);
     f->host_sync = host_sync;

@@ -134,7 +134,7 @@ void ring_reduce_scatter(MPI_Comm comm, int rank, int size, const void* in, void
     case at::kHalf:
       return ring(comm, rank, size, static_cast<const c10::Half*>(in), static_cast<c10::Half*>(out), count, op, scratch);
     default:
-      ST_CHECK(false, "ring_reduce_scatter: unsupported dtype ", dtype_name(dtype));
+      ST_CHECK(false, "ring_reduce_scatter: unsupported dtype ", dtype_long_name(dtype));
   }
 }
 

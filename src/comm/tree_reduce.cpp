@@ -132,7 +132,7 @@ void tree_reduce_scatter(MPI_Comm comm, int rank, int size, const void* in, void
     case at::kHalf:
       return reduce_scatter(comm, rank, size, static_cast<const c10::Half*>(in), static_cast<c10::Half*>(out), count,
                             scratch);
-    default: ST_CHECK(false, "tree_reduce_scatter: unsupported dtype ", dtype_name(dtype));
+    default: ST_CHECK(false, "tree_reduce_scatter: unsupported dtype ", dtype_long_name(dtype));
   }
 }
 
@@ -145,7 +145,7 @@ void tree_all_reduce(MPI_Comm comm, int rank, int size, void* data, int64_t coun
     case at::kDouble: return all_reduce(comm, rank, size, static_cast<double*>(data), count, scratch, st);
     case at::kBFloat16: return all_reduce(comm, rank, size, static_cast<c10::BFloat16*>(data), count, scratch, st);
     case at::kHalf: return all_reduce(comm, rank, size, static_cast<c10::Half*>(data), count, scratch, st);
-    default: ST_CHECK(false, "tree_all_reduce: unsupported dtype ", dtype_name(dtype));
+    default: ST_CHECK(false, "tree_all_reduce: unsupported dtype ", dtype_long_name(dtype));
   }
 }
 

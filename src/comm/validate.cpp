@@ -30,7 +30,7 @@ void check_tensor(const std::string& g, const char* op, const char* what, const 
 void check_dtype(const std::string& g, const char* op, const at::Tensor& t, bool allow_int64) {
   at::ScalarType s = t.scalar_type();
   if (is_float_dtype(s) || (allow_int64 && s == at::kLong)) return;
-  throw_comm_error(g, op, "unsupported dtype " + dtype_name(s) + "; supported: float32, float64, "
+  throw_comm_error(g, op, "unsupported dtype " + dtype_long_name(s) + "; supported: float32, float64, "
                           "bfloat16, float16" + (allow_int64 ? ", int64" : ""));
 }
 
@@ -72,8 +72,8 @@ void validate_all_gather(const std::string& g, int size, const at::Tensor& out,
   check_dtype(g, op, out, /*allow_int64=*/true);
   if (out.scalar_type() != in.scalar_type())
     throw_comm_error(g, op, "out and in must have the same dtype (out " +
-                                dtype_name(out.scalar_type()) + ", in " +
-                                dtype_name(in.scalar_type()) + ")");
+                                dtype_long_name(out.scalar_type()) + ", in " +
+                                dtype_long_name(in.scalar_type()) + ")");
   if (out.numel() != size * in.numel())
     throw_comm_error(g, op, concat("out.numel() (", out.numel(), ") must equal group size (",
                                    size, ") * in.numel() (", in.numel(), ")"));
@@ -96,8 +96,8 @@ void validate_reduce_scatter(const std::string& g, int size, const at::Tensor& o
   check_dtype(g, op.c_str(), out, /*allow_int64=*/false);
   if (out.scalar_type() != in.scalar_type())
     throw_comm_error(g, op, "out and in must have the same dtype (out " +
-                                dtype_name(out.scalar_type()) + ", in " +
-                                dtype_name(in.scalar_type()) + ")");
+                                dtype_long_name(out.scalar_type()) + ", in " +
+                                dtype_long_name(in.scalar_type()) + ")");
   if (in.numel() != size * out.numel())
     throw_comm_error(g, op, concat("in.numel() (", in.numel(), ") must equal group size (",
                                    size, ") * out.numel() (", out.numel(), ")"));

@@ -187,7 +187,7 @@ std::vector<KeySpec> build_schema() {
         .above(0),
 
     // [optimizer]
-    Str("optimizer.name", "adamw", "optimizer").one_of({"adamw", "sgd"}),
+    Str("optimizer.name", "adamw", "optimizer").one_of(choices::as_list(choices::kOptimizers)),
     Float("optimizer.lr", 3e-4, "peak learning rate").above(0).at_most(1e6),
     Float("optimizer.beta1", 0.9, "adamw: first-moment decay").at_least(0).below(1),
     Float("optimizer.beta2", 0.95, "adamw: second-moment decay").at_least(0).below(1),

@@ -4,11 +4,88 @@
 #include <algorithm>
 
 #include "shardtrain/fsdp/engine.h"
+#include "shardtrain/fsdp/quantize.h"
 
 namespace shardtrain::fsdp {
+namespace {
+
+// A wire buffer for S packed vectors of P bytes each (P a multiple of 4), as float16: the comm
+// layer moves floating dtypes.
+at::Tensor wire_buffer(int S, int64_t P, const at::TensorOptions& o) {
+  return at::empty({S * P / 2}, o.dtype(at::kHalf));
+}
+
+// The quantized all-gather of one flat in flight: wait() waits for the wire, dequantizes every
+// rank's slice into the flat's unsharded buffer and, with the exact gather beside it, hands the
+// relative error to `judge` (true: the exact values replace the dequantized ones).
+class QuantizedGatherWork final : public comm::Work {
+ public:
+  QuantizedGatherWork(FlatParam& fp, int64_t block, comm::WorkPtr wire_work, at::Tensor wire, comm::WorkPtr exact_work,
+                      at::Tensor exact, std::function<bool(double)> judge)
+      : Work(wire_work->seq()), fp_(fp), block_(block), wire_work_(std::move(wire_work)), wire_(std::move(wire)),
+        exact_work_(std::move(exact_work)), exact_(std::move(exact)), judge_(std::move(judge)) {}
+
+  void wait() override {
+    if (done_) return;
+    wire_work_->wait();
+    if (exact_work_) exact_work_->wait();
+    done_ = true;
+    const int S = fp_.shard_size();
+    const int64_t L = fp_.shard_numel(), P = quantized_bytes(L, block_);
+    at::Tensor full = storage_alias(fp_.full(), 0, {fp_.padded()});
+    for (int r = 0; r < S; ++r) dequantize_into(as_bytes(wire_, r * P, P), L, block_, full.narrow(0, r * L, L));
+    wire_ = at::Tensor();
+    if (!exact_.defined()) return;
+    auto [err, ref] = squared_error_and_reference(full, exact_);
+    if (judge_(relative_error(err, ref))) full.copy_(exact_);
+    exact_ = at::Tensor();
+  }
+  bool is_completed() override {
+    return done_ || (wire_work_->is_completed() && (!exact_work_ || exact_work_->is_completed()));
+  }
+
+ private:
+  FlatParam& fp_;
+  int64_t block_;
+  comm::WorkPtr wire_work_;
+  at::Tensor wire_;
+  comm::WorkPtr exact_work_;
+  at::Tensor exact_;
+  std::function<bool(double)> judge_;
+  bool done_ = false;
+};
+
+}  // namespace
 
 comm::WorkPtr all_gather_flat(comm::Comm& shard, const FlatParam& fp, const at::Tensor& mine) {
   return shard.all_gather(storage_alias(fp.full(), 0, {fp.padded()}), mine);
+}
+
+comm::WorkPtr all_gather_from_secondary(comm::Comm& node, const FlatParam& fp, const at::Tensor& secondary) {
+  const int G = node.size(), l = node.rank();
+  const int64_t chunk = fp.padded() / G;
+  at::Tensor full = storage_alias(fp.full(), 0, {fp.padded()});
+  at::Tensor own = full.narrow(0, l * chunk, chunk);
+  own.copy_(secondary);
+  return node.all_gather(full, own);
+}
+
+comm::WorkPtr quantized_all_gather_flat(comm::Comm& shard, FlatParam& fp, const at::Tensor& packed, int64_t block,
+                                        bool exact, std::function<bool(double rel_error)> judge) {
+  const int S = fp.shard_size(), r = fp.shard_rank();
+  const int64_t L = fp.shard_numel(), P = quantized_bytes(L, block);
+  at::Tensor wire = wire_buffer(S, P, fp.full().options());
+  as_bytes(wire, r * P, P).copy_(packed);
+  comm::WorkPtr w = shard.all_gather(wire, wire.narrow(0, r * P / 2, P / 2));
+  comm::WorkPtr exact_work;
+  at::Tensor exact_full;
+  if (exact) {
+    exact_full = at::empty({fp.padded()}, fp.full().options());
+    exact_full.narrow(0, r * L, L).copy_(fp.master());
+    exact_work = shard.all_gather(exact_full, exact_full.narrow(0, r * L, L));
+  }
+  return std::make_shared<QuantizedGatherWork>(fp, block, std::move(w), std::move(wire), std::move(exact_work),
+                                               std::move(exact_full), std::move(judge));
 }
 
 ReduceScatter reduce_scatter_grad(comm::Comm& shard, at::Tensor full_grad, at::ScalarType reduce_dtype,
@@ -20,6 +97,8 @@ ReduceScatter reduce_scatter_grad(comm::Comm& shard, at::Tensor full_grad, at::S
   r.work = tree ? shard.reduce_scatter_tree(r.out, r.in) : shard.reduce_scatter(r.out, r.in, comm::ReduceOp::Avg);
   return r;
 }
+
+comm::WorkPtr sum_whole_grad_tree(comm::Comm& shard, const at::Tensor& grad) { return shard.all_reduce_tree(grad); }
 
 ReplicaAverage average_across_replicas(const std::vector<std::pair<comm::Comm*, FlatParam*>>& shards,
                                        const std::function<at::Tensor(const FlatParam&)>& on_comm_device,
@@ -51,6 +130,47 @@ void ReplicaAverage::finish() {
   for (size_t k = 0; k < owners.size(); ++k)
     for (size_t i = 0; i < owners[k].size(); ++i)
       if (!tensors[k][i].is_same(owners[k][i]->grad_shard())) owners[k][i]->grad_shard().copy_(tensors[k][i]);
+}
+
+Int8Average int8_replica_average(comm::Comm& replicate, const at::Tensor& x, at::Tensor& residual, int64_t block,
+                                 bool exact) {
+  Int8Average a;
+  a.replicas = replicate.size();
+  a.numel = x.numel();
+  a.block = block;
+  const int k = replicate.rank();
+  const int64_t P = quantized_bytes(a.numel, block);
+  a.wire = wire_buffer(a.replicas, P, x.options());
+  at::Tensor own = as_bytes(a.wire, k * P, P);
+  quantize_into(x, own, block);
+  // The new residual: x minus what the others will receive from this rank.
+  at::sub_out(residual, x, dequantize(own, a.numel, block));
+  a.work = replicate.all_gather(a.wire, a.wire.narrow(0, k * P / 2, P / 2));
+  if (exact) {
+    a.exact = x;
+    a.exact_work = replicate.all_reduce(a.exact, comm::ReduceOp::Avg);
+  }
+  return a;
+}
+
+at::Tensor Int8Average::average() const {
+  const int64_t P = quantized_bytes(numel, block);
+  at::Tensor sum = at::zeros({numel}, wire.options().dtype(at::kFloat));
+  for (int r = 0; r < replicas; ++r) sum.add_(dequantize(as_bytes(wire, r * P, P), numel, block));
+  sum.div_(static_cast<double>(replicas));
+  return sum;
+}
+
+comm::WorkPtr sum_across(comm::Comm& group, const at::Tensor& t) { return group.all_reduce(t, comm::ReduceOp::Sum); }
+
+ReplicaGather gather_across_replicas(comm::Comm& replicate, const at::Tensor& mine) {
+  const int R = replicate.size(), k = replicate.rank();
+  const int64_t L = mine.numel();
+  ReplicaGather g;
+  g.all = at::empty({R * L}, mine.options());
+  g.all.narrow(0, k * L, L).copy_(mine);
+  g.work = replicate.all_gather(g.all, g.all.narrow(0, k * L, L));
+  return g;
 }
 
 double sum_of_squares(const at::Tensor& g) {

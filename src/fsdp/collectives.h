@@ -1,6 +1,7 @@
-// What the engine communicates, as functions over flat buffers that issue one collective and
-// return it in flight with the tensors it needs kept alive; when they run (which hook, which
-// bound) is the engine's business (engine_impl.h).
+// What the engine communicates: every collective it issues, as a function over explicit buffers
+// and communicators that issues it and returns it in flight (a Work handle, with the tensors it
+// needs kept alive). When they run (which hook, which bound, who waits) is the engine's schedule
+// (schedule.cpp) and the ZeRO++ state's (zeropp.h); nothing here knows the engine.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -13,9 +14,26 @@
 
 namespace shardtrain::fsdp {
 
+// ---- parameters ------------------------------------------------------------------
+
 // All-gathers the flat's shards into its (allocated) unsharded buffer; `mine` is this rank's
 // slice of it, already filled.
 comm::WorkPtr all_gather_flat(comm::Comm& shard, const FlatParam& fp, const at::Tensor& mine);
+
+// hpZ: the flat's unsharded buffer gathered over the node group from the node's secondary
+// shards: `secondary` (this rank's chunk, padded / node size) is copied into its slot first.
+comm::WorkPtr all_gather_from_secondary(comm::Comm& node, const FlatParam& fp, const at::Tensor& secondary);
+
+// qwZ: the flat's unsharded buffer from every rank's int8-packed shard (quantize.h; `packed`:
+// this rank's master shard packed with `block`). The wire is an all-gather of the packed shards;
+// waiting for the returned work dequantizes every slice into the unsharded buffer. With `exact`
+// (an accuracy-guard step) the full-precision gather of the masters runs beside it; at the wait
+// the relative error of the dequantized buffer against it goes to `judge`, and when judge
+// returns true the exact values replace the dequantized ones (the flat falls back).
+comm::WorkPtr quantized_all_gather_flat(comm::Comm& shard, FlatParam& fp, const at::Tensor& packed, int64_t block,
+                                        bool exact, std::function<bool(double rel_error)> judge);
+
+// ---- gradients -------------------------------------------------------------------
 
 // Averages an unsharded gradient [padded] over the shard group into this rank's shard, in
 // `reduce_dtype` (cast first if the gradient is in another). With `tree` (train.reproducible)
@@ -27,6 +45,11 @@ struct ReduceScatter {
 };
 ReduceScatter reduce_scatter_grad(comm::Comm& shard, at::Tensor full_grad, at::ScalarType reduce_dtype,
                                   int64_t shard_numel, bool tree = false);
+
+// train.reproducible, a whole flat (the ignored group) in a sharded strategy: its gradient summed
+// in place over the shard group in the fixed tree (the level of the tree the other flats'
+// reduce-scatters are).
+comm::WorkPtr sum_whole_grad_tree(comm::Comm& shard, const at::Tensor& grad);
 
 // Averages gradient shards across replicas: one coalesced all-reduce per communicator (NCCL:
 // one group call over all its shards). With `tree` (train.reproducible) it sums instead, one
@@ -43,6 +66,36 @@ struct ReplicaAverage {
 ReplicaAverage average_across_replicas(const std::vector<std::pair<comm::Comm*, FlatParam*>>& shards,
                                        const std::function<at::Tensor(const FlatParam&)>& on_comm_device,
                                        bool tree = false);
+
+// qgZ: the average of x (fp32 [L], this replica's gradient plus its residual) across the
+// replicate group in int8 with error feedback: x is packed into this rank's slot of an
+// all-gather of every replica's packed vector, and `residual` becomes what quantization left
+// out (x minus what the others receive). With `exact` (a guard step) x's exact average runs
+// beside it, in place in x (an all-reduce).
+struct Int8Average {
+  comm::WorkPtr work, exact_work;
+  at::Tensor wire, exact;
+  int replicas = 1;
+  int64_t numel = 0, block = 1;
+  // After `work` is done: the replicas' dequantized vectors summed in fp32 in replica order
+  // (every replica computes the same bits), divided by their count.
+  at::Tensor average() const;
+};
+Int8Average int8_replica_average(comm::Comm& replicate, const at::Tensor& x, at::Tensor& residual, int64_t block,
+                                 bool exact);
+
+// ---- scalars and checkpoints -----------------------------------------------------
+
+// Sums t in place over the group (the gradient norm's partial sums, the guard's error terms).
+comm::WorkPtr sum_across(comm::Comm& group, const at::Tensor& t);
+
+// Every replica's copy of a shard-sized vector: `mine` goes into this rank's slot of a buffer of
+// replicate.size() slots, all-gathered. all.narrow(0, r * L, L) is replica r's after the wait.
+struct ReplicaGather {
+  comm::WorkPtr work;
+  at::Tensor all;
+};
+ReplicaGather gather_across_replicas(comm::Comm& replicate, const at::Tensor& mine);
 
 // Sum of squares of a gradient shard in fp64, a chunk of kNormChunkElems at a time (a whole-
 // shard fp64 square would be 4x the shard's bytes: the peak of a no_shard step on the host).

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include "shardtrain/comm/ring_model.h"
+
 namespace shardtrain::fsdp {
 namespace {
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
@@ -27,32 +29,32 @@ void CountingComm::count(double bytes) {
 }
 
 comm::WorkPtr CountingComm::all_gather(const at::Tensor& out, const at::Tensor& in) {
-  count(static_cast<double>(size() - 1) * nbytes(in));
+  count(comm::ring_bytes_sent(comm::RingOp::AllGather, size(), static_cast<double>(size()) * nbytes(in)));
   return inner_.all_gather(out, in);
 }
 
 comm::WorkPtr CountingComm::reduce_scatter(const at::Tensor& out, const at::Tensor& in, comm::ReduceOp op) {
-  count(static_cast<double>(size() - 1) * nbytes(out));
+  count(comm::ring_bytes_sent(comm::RingOp::ReduceScatter, size(), static_cast<double>(size()) * nbytes(out)));
   return inner_.reduce_scatter(out, in, op);
 }
 
 comm::WorkPtr CountingComm::reduce_scatter_tree(const at::Tensor& out, const at::Tensor& in) {
-  count(static_cast<double>(size() - 1) * nbytes(out));
+  count(comm::ring_bytes_sent(comm::RingOp::ReduceScatter, size(), static_cast<double>(size()) * nbytes(out)));
   return inner_.reduce_scatter_tree(out, in);
 }
 
 comm::WorkPtr CountingComm::all_reduce_tree(const at::Tensor& tensor) {
-  count(2.0 * (size() - 1) / size() * nbytes(tensor));
+  count(comm::ring_bytes_sent(comm::RingOp::AllReduce, size(), nbytes(tensor)));
   return inner_.all_reduce_tree(tensor);
 }
 
 comm::WorkPtr CountingComm::all_reduce(const at::Tensor& tensor, comm::ReduceOp op) {
-  count(2.0 * (size() - 1) / size() * nbytes(tensor));
+  count(comm::ring_bytes_sent(comm::RingOp::AllReduce, size(), nbytes(tensor)));
   return inner_.all_reduce(tensor, op);
 }
 
 comm::WorkPtr CountingComm::all_reduce_coalesced(const std::vector<at::Tensor>& tensors, comm::ReduceOp op) {
-  for (const auto& t : tensors) count(2.0 * (size() - 1) / size() * nbytes(t));
+  for (const auto& t : tensors) count(comm::ring_bytes_sent(comm::RingOp::AllReduce, size(), nbytes(t)));
   return inner_.all_reduce_coalesced(tensors, op);
 }
 

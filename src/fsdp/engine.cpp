@@ -71,23 +71,21 @@ EngineComms count_bytes(Engine::Impl& m, const EngineComms& in) {
 Engine::Impl::~Impl() = default;
 
 Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, const InitFn& init)
-    : impl_(std::make_unique<Impl>()), opts_(opts) {
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  m.opts = opts;
   ST_CHECK(opts.limit_all_gathers >= 1, "limit_all_gathers must be >= 1");
   m.dev = std::make_unique<DeviceRuntime>(opts.device);
-  m.opts.device = opts_.device = m.dev->device();  // cuda -> cuda:0
+  opts.device = m.dev->device();  // cuda -> cuda:0
+  m.opts = opts;
   Impl::Scope scope(m);
   const c10::Device device = m.dev->device();
   m.comms = count_bytes(m, comms);
   comms = m.comms;
+  // The strategy x option rules (options.h), the same the deck's reader applies.
+  if (const auto bad = check_strategy_options(opts)) throw UserError(bad->key + " = true " + bad->why);
   if (opts.compression.any()) {
-    ST_CHECK(!opts.cpu_offload, "quantized collectives (fsdp.quantize_weights / quantize_grads) do not run under "
-             "cpu_offload");
-    ST_CHECK(!opts.compression.quantize_grads || is_hybrid(opts.strategy),
-             "quantized gradient reduction needs a hybrid strategy (replicas across nodes)");
-    ST_CHECK(!opts.compression.secondary_shards || (opts.strategy == Strategy::FullShard && comms.node),
-             "secondary shards need full_shard and the node group (GroupOptions::secondary_shards)");
+    ST_CHECK(!opts.compression.secondary_shards || comms.node,
+             "secondary shards need the node group (GroupOptions::secondary_shards)");
     m.zpp = std::make_unique<ZeroPP>(opts.compression, device, comms.node);
   }
   ST_CHECK(dynamic_cast<Hookable*>(&root), "the root module must derive from fsdp::Hookable");
@@ -98,9 +96,8 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
   for (const UnitPlan& up : m.layout) {
     auto u = std::make_unique<Unit>();
     u->name = up.name;
-    u->is_root = up.is_root;
-    u->is_ignored = up.is_ignored;
-    if (up.is_ignored) {
+    u->kind = up.kind;
+    if (u->kind == UnitKind::Ignored) {
       u->replicate = comms.world;  // kept whole on every rank, averaged like DDP
       u->reshard_after_backward = false;
       if (opts.reproducible) {
@@ -115,7 +112,7 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
       u->shard = comms.shard;
       u->shard_rs = comms.shard_rs;
       u->replicate = comms.replicate;
-      u->reshard_after_forward = !u->is_root && reshards_after_forward(opts.strategy);
+      u->reshard_after_forward = u->kind != UnitKind::Root && reshards_after_forward(opts.strategy);
       u->reshard_after_backward = opts.strategy != Strategy::NoShard;
     }
     for (const FlatPlan& fplan : up.flats) {
@@ -124,7 +121,7 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
       u->flats.push_back(std::make_unique<FlatParam>(fplan, tree, group_rank(u->shard), init, device, opts.cpu_offload));
     }
     u->num_params = up.num_params();
-    if (up.is_ignored) m.ignored = u.get();
+    if (u->kind == UnitKind::Ignored) m.ignored = u.get();
     m.units.push_back(std::move(u));
   }
 
@@ -183,12 +180,12 @@ double Engine::exact_grad_norm() {
   for (auto& u : impl_->units)
     for (auto& fp : u->flats) {
       const at::Tensor g = fp->grad_shard().to(at::kCPU).contiguous();
-      (u->is_ignored ? whole : sharded).add(g.data_ptr<float>(), g.numel());
+      (u->kind == UnitKind::Ignored ? whole : sharded).add(g.data_ptr<float>(), g.numel());
     }
   if (impl_->comms.shard && impl_->comms.shard->size() > 1) {
     std::vector<int64_t> w = sharded.words();
     at::Tensor t = at::from_blob(w.data(), {static_cast<int64_t>(w.size())}, at::kLong).clone();
-    impl_->wait_timed(*impl_->comms.shard->all_reduce(t, comm::ReduceOp::Sum));
+    impl_->wait_timed(*sum_across(*impl_->comms.shard, t));
     sharded = ExactSquareSum::from_words(t.data_ptr<int64_t>(), t.numel());
   }
   sharded.merge(whole);
@@ -203,12 +200,12 @@ double Engine::fast_grad_norm() {
   for (auto& u : impl_->units)
     for (auto& fp : u->flats) {
       const double s = sum_of_squares(fp->grad_shard());
-      (u->is_ignored ? whole : sharded) += s;
+      (u->kind == UnitKind::Ignored ? whole : sharded) += s;
     }
   if (impl_->comms.shard && impl_->comms.shard->size() > 1) {
     // On the engine's device: that is where the shard group's backend reduces (NCCL on CUDA).
     at::Tensor t = at::full({1}, sharded, at::TensorOptions().dtype(at::kDouble).device(impl_->dev->device()));
-    impl_->wait_timed(*impl_->comms.shard->all_reduce(t, comm::ReduceOp::Sum));
+    impl_->wait_timed(*sum_across(*impl_->comms.shard, t));
     sharded = t.item<double>();
   }
   return std::sqrt(sharded + whole);
@@ -295,16 +292,13 @@ std::vector<std::vector<at::Tensor>>& Engine::residual_staging(bool gather) {
       for (auto& t : per)
         if (!t.defined() || t.numel() != L) t = at::zeros({L}, at::kFloat);
       if (!gather) continue;
-      if (u->is_ignored) {  // not quantized: nothing left over
+      if (u->kind == UnitKind::Ignored) {  // not quantized: nothing left over
         for (auto& t : per) t.zero_();
         continue;
       }
-      at::Tensor& e = impl_->zpp->residual(*fp);
-      const int k = u->replicate->rank();
-      at::Tensor all = at::empty({R * L}, e.options());
-      all.narrow(0, k * L, L).copy_(e);
-      impl_->wait_timed(*u->replicate->all_gather(all, all.narrow(0, k * L, L)));
-      for (int r = 0; r < R; ++r) per[r].copy_(all.narrow(0, r * L, L));
+      ReplicaGather g = gather_across_replicas(*u->replicate, impl_->zpp->residual(*fp));
+      impl_->wait_timed(*g.work);
+      for (int r = 0; r < R; ++r) per[r].copy_(g.all.narrow(0, r * L, L));
     }
   return out;
 }
@@ -319,11 +313,13 @@ void Engine::load_residuals() {
   for (auto& u : impl_->units)
     for (auto& fp : u->flats) {
       ST_CHECK(i < staged.size() && static_cast<int>(staged[i].size()) == R, "load_residuals: nothing staged");
-      if (!u->is_ignored) impl_->zpp->residual(*fp).copy_(staged[i][u->replicate->rank()]);
+      if (u->kind != UnitKind::Ignored) impl_->zpp->residual(*fp).copy_(staged[i][u->replicate->rank()]);
       ++i;
     }
 }
 
 const c10::Device& Engine::device() const { return impl_->dev->device(); }
+
+const EngineOptions& Engine::options() const { return impl_->opts; }
 
 }  // namespace shardtrain::fsdp

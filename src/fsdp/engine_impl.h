@@ -1,6 +1,8 @@
 // Engine::Impl: the engine's state and its transitions. The hooks (forward hook, tensor hook on a
 // unit's output, AccumulateGrad post hook, the end-of-backward callback) call the named
-// transitions here (schedule.cpp); the collectives they issue are in collectives.h.
+// transitions here (schedule.cpp); the collectives they issue are collectives.h's, the ZeRO++
+// state (zeropp.h) is asked which of them a flat gets. The engine's options live here, once
+// (Engine::options() reads them).
 #pragma once
 #include <c10/core/DeviceGuard.h>
 
@@ -75,7 +77,7 @@ struct Engine::Impl {
 
   // ---- mechanics (schedule.cpp) ----------------------------------------------------
   void issue_gather(Unit& u, FlatParam& fp);
-  // The all-gather of one flat: the plain one, or ZeRO++'s quantized one (zeropp.cpp).
+  // The all-gather of one flat: the plain one, or what ZeRO++ decides (zeropp.h).
   comm::WorkPtr gather_flat(Unit& u, FlatParam& fp, const at::Tensor& mine);
   void wait_gather(FlatParam& fp);
   void issue_unshard(Unit& u);

@@ -1,6 +1,9 @@
 // Parsing and naming of FSDP options.
 #include "shardtrain/fsdp/options.h"
 
+#include <utility>
+
+#include "shardtrain/comm/dtype.h"
 #include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 
@@ -28,26 +31,81 @@ BackwardPrefetch parse_backward_prefetch(const std::string& s) {
 }
 
 at::ScalarType parse_dtype(const std::string& s) {
-  // choices::kDtypes' order, and torch's long names as aliases.
-  static constexpr at::ScalarType kTypes[] = {at::kFloat, at::kBFloat16, at::kHalf};
-  static_assert(std::size(kTypes) == choices::kDtypes.size());
-  int i = choices::index_of(choices::kDtypes, s);
-  if (i < 0) i = choices::index_of(std::array<const char*, 3>{"float32", "bfloat16", "float16"}, s);
-  if (i < 0) throw UserError("unknown dtype '" + s + "' (" + choices::joined(choices::kDtypes) + ")");
-  return kTypes[i];
+  // The deck's dtypes (choices::kDtypes), by their short or torch's long name (comm/dtype.h).
+  const std::optional<at::ScalarType> t = comm::dtype_from_name(s, /*with_alias=*/false);
+  if (!t || choices::index_of(choices::kDtypes, comm::dtype_short_name(*t)) < 0)
+    throw UserError("unknown dtype '" + s + "' (" + choices::joined(choices::kDtypes) + ")");
+  return *t;
 }
 
-const char* dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "fp32";
-    case at::kBFloat16: return "bf16";
-    case at::kHalf: return "fp16";
-    case at::kDouble: return "fp64";
-    default: return "?";
-  }
-}
+const char* dtype_name(at::ScalarType t) { return comm::dtype_short_name(t); }
 
 bool is_hybrid(Strategy s) { return s == Strategy::HybridShard || s == Strategy::HybridShardZero2; }
 bool reshards_after_forward(Strategy s) { return s == Strategy::FullShard || s == Strategy::HybridShard; }
+
+CompressionSupport compression_support(Strategy s) {
+  CompressionSupport ok;
+  ok.quantize_weights = s != Strategy::NoShard;
+  ok.quantize_grads = is_hybrid(s);
+  ok.secondary_shards = s == Strategy::FullShard;
+  return ok;
+}
+
+Compression supported_compression(Strategy s, Compression c) {
+  const CompressionSupport ok = compression_support(s);
+  c.quantize_weights = c.quantize_weights && ok.quantize_weights;
+  c.quantize_grads = c.quantize_grads && ok.quantize_grads;
+  c.secondary_shards = c.secondary_shards && ok.secondary_shards;
+  return c;
+}
+
+std::optional<OptionConflict> check_strategy_options(const EngineOptions& o) {
+  const Compression& c = o.compression;
+  const CompressionSupport ok = compression_support(o.strategy);
+  const std::string s = to_string(o.strategy);
+  if (c.quantize_weights && !ok.quantize_weights)
+    return OptionConflict{"fsdp.quantize_weights",
+                          "needs sharded weights to gather; parallel.strategy = no_shard gathers none"};
+  if (c.quantize_grads && !ok.quantize_grads)
+    return OptionConflict{"fsdp.quantize_grads",
+                          "quantizes the gradient average across replicas, which only hybrid_shard and "
+                          "hybrid_shard_zero2 have (parallel.strategy = " + s + ")"};
+  if (c.secondary_shards && !ok.secondary_shards)
+    return OptionConflict{"fsdp.secondary_shards",
+                          "keeps a node-local shard after forward instead of freeing to the global shard: full_shard "
+                          "only (parallel.strategy = " + s +
+                              (is_hybrid(o.strategy) ? ", whose shard group is the node already)" : ")")};
+  if (c.secondary_shards && o.cpu_offload)
+    return OptionConflict{"fsdp.secondary_shards", "does not run with fsdp.cpu_offload = true"};
+  for (const auto& [on, key] : {std::pair{c.quantize_weights, "fsdp.quantize_weights"},
+                                std::pair{c.quantize_grads, "fsdp.quantize_grads"}}) {
+    if (!on) continue;
+    if (o.cpu_offload)
+      return OptionConflict{key, "does not run with fsdp.cpu_offload = true (the quantized collectives work on "
+                                 "device shards)"};
+    // Quantization blocks follow the shards (so the world size), and the guard's fallback a
+    // measured error: neither goes with train.reproducible's same bits at every world size.
+    if (o.reproducible)
+      return OptionConflict{key, "is lossy and its blocks follow the shards: not with train.reproducible = true"};
+  }
+  return std::nullopt;
+}
+
+StrategyGroups strategy_groups(Strategy s, int world_size, int mesh_shard_size) {
+  StrategyGroups g;
+  if (is_hybrid(s)) {
+    g.shard = GroupSpan::MeshShard;
+    g.replicate = GroupSpan::MeshReplicate;
+    g.shard_size = mesh_shard_size;
+  } else if (s == Strategy::NoShard) {
+    g.replicate = GroupSpan::World;
+    g.shard_size = 1;
+  } else {
+    g.shard = GroupSpan::World;
+    g.shard_size = world_size;
+  }
+  g.replicate_size = g.shard_size > 0 ? world_size / g.shard_size : 0;
+  return g;
+}
 
 }  // namespace shardtrain::fsdp

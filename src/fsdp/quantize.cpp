@@ -1,6 +1,9 @@
 // Block-quantized int8 packing (see quantize.h).
 #include "shardtrain/fsdp/quantize.h"
 
+#include <cmath>
+#include <limits>
+
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::fsdp {
@@ -67,6 +70,20 @@ at::Tensor dequantize(const at::Tensor& packed, int64_t n, int64_t block) {
   at::Tensor out = at::empty({n}, packed.options().dtype(at::kFloat));
   dequantize_into(packed, n, block, out);
   return out;
+}
+
+std::pair<double, double> squared_error_and_reference(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor bd = b.to(at::kDouble);
+  const double err = (a.to(at::kDouble) - bd).pow(2).sum().item<double>();
+  const double ref = bd.pow(2).sum().item<double>();
+  return {err, ref};
+}
+
+double relative_error(double err2, double ref2) {
+  if (!std::isfinite(ref2)) return std::numeric_limits<double>::quiet_NaN();
+  if (!std::isfinite(err2)) return std::numeric_limits<double>::infinity();
+  if (ref2 == 0) return err2 == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(err2 / ref2);
 }
 
 }  // namespace shardtrain::fsdp

@@ -96,6 +96,11 @@ void Engine::Impl::issue_gather(Unit& u, FlatParam& fp) {
   stats.max_all_gathers_in_flight = std::max(stats.max_all_gathers_in_flight, static_cast<int>(inflight.size()));
 }
 
+comm::WorkPtr Engine::Impl::gather_flat(Unit& u, FlatParam& fp, const at::Tensor& mine) {
+  if (!zpp) return all_gather_flat(*u.shard, fp, mine);
+  return zpp->gather(*u.shard, fp, mine, u.kind != UnitKind::Ignored, phase == Phase::Backward, stats);
+}
+
 void Engine::Impl::issue_unshard(Unit& u) {
   for (auto& fp : u.flats) issue_gather(u, *fp);
 }
@@ -138,26 +143,27 @@ at::Tensor Engine::Impl::run_forward(Unit& u, const at::Tensor& input, const Uni
   }
   // Ignored parameters are kept whole; offloaded, their device copy is refreshed from the
   // host master before the model's forward (the root's) whenever the optimizer changed it.
-  if (u.is_root && ignored) unshard(*ignored);
+  if (u.kind == UnitKind::Root && ignored) unshard(*ignored);
   unshard(u);
   if (opts.forward_prefetch && order.recorded && u.order_index + 1 < static_cast<int>(order.units.size()))
     issue_unshard(*order.units[u.order_index + 1]);
   at::Tensor x = input;
   if (x.defined() && x.is_floating_point() && x.scalar_type() != opts.mp.param_dtype) x = x.to(opts.mp.param_dtype);
   const bool grad = torch::autograd::GradMode::is_enabled();
-  at::Tensor out = (opts.activation_checkpointing && !u.is_root && grad && x.defined() && x.is_floating_point())
+  at::Tensor out = (opts.activation_checkpointing && u.kind != UnitKind::Root && grad && x.defined() && x.is_floating_point())
                        ? run_with_recompute(x, body)
                        : body(x);
   // post-forward
-  if (u.is_root) {
+  if (u.kind == UnitKind::Root) {
     order.recorded = true;
     if (!grad) {
       // Evaluation: no backward will come to reshard, so do it now.
       for (auto& v : units)
-        if (v->reshard_after_backward && !v->is_ignored) reshard(*v);
+        if (v->reshard_after_backward && v->kind != UnitKind::Ignored) reshard(*v);
     }
   } else if (u.reshard_after_forward && grad) {
-    if (zpp) zpp->keep_secondary(u, stats);  // hpZ: the node's shard of what forward used
+    // hpZ: the node's shard of what forward used.
+    if (zpp && u.kind != UnitKind::Ignored) zpp->keep_secondary(u.flats, stats);
     reshard(u);
   } else if (!grad && u.reshard_after_backward) {
     reshard(u);
@@ -226,7 +232,7 @@ void Engine::Impl::post_backward(Unit& u) {
   for (auto& fp : u.flats)
     for (auto& s : fp->slots()) s.param.mutable_grad().reset();
   u.state = UnitState::PostBackward;
-  if (u.reshard_after_backward && !u.is_ignored) reshard(u);
+  if (u.reshard_after_backward && u.kind != UnitKind::Ignored) reshard(u);
   if (opts.backward_prefetch == BackwardPrefetch::Post)
     if (Unit* next = backward_successor(u)) issue_unshard(*next);
 }
@@ -243,7 +249,7 @@ void Engine::Impl::reduce(Unit& u, size_t i) {
     if (opts.reproducible && u.shard_rs && u.shard_rs->size() > 1) {
       // A whole flat (the ignored group) in a sharded strategy: its leaves' sum over the shard
       // group, the same level of the tree the other flats' reduce-scatters are.
-      pending.push_back({&fp, u.shard_rs->all_reduce_tree(in), in, in});
+      pending.push_back({&fp, sum_whole_grad_tree(*u.shard_rs, in), in, in});
       retire_reductions(kMaxPendingReductions);
       return;
     }
@@ -366,10 +372,10 @@ void Engine::Impl::end_backward() {
         shards, [this](const FlatParam& fp) { return on_comm_device(fp, fp.grad_shard()); }, opts.reproducible);
     for (auto& w : avg.works) wait_timed(*w);
     avg.finish();
-    if (zpp) zpp->finish_replica_average(*this);
+    if (zpp) zpp->finish_replica_average(comms.shard, [this](comm::Work& w) { wait_timed(w); });
   }
   for (auto& u : units) {
-    if (u->reshard_after_backward && !u->is_ignored) reshard(*u);
+    if (u->reshard_after_backward && u->kind != UnitKind::Ignored) reshard(*u);
     u->state = UnitState::Idle;
     u->grads_landed = 0;
   }

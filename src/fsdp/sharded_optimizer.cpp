@@ -11,10 +11,19 @@
 
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/optim/adamw_cuda.h"
+#include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/names.h"
 
 namespace shardtrain::fsdp {
+
+static_assert(static_cast<int>(OptimizerKind::Sgd) + 1 == static_cast<int>(choices::kOptimizers.size()));
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  const int i = choices::index_of(choices::kOptimizers, name);
+  ST_USER_CHECK(i >= 0, "unknown optimizer.name '", name, "' (", choices::joined(choices::kOptimizers), ")");
+  return static_cast<OptimizerKind>(i);
+}
 
 optim::DecayMask shard_decay_mask(const FlatParam& fp, const std::vector<std::string>& no_decay) {
   std::vector<optim::ElementRange> ranges;
@@ -26,17 +35,15 @@ optim::DecayMask shard_decay_mask(const FlatParam& fp, const std::vector<std::st
 }
 
 ShardedOptimizer::ShardedOptimizer(Engine& engine, OptimizerConfig cfg)
-    : engine_(engine), cfg_(std::move(cfg)), flats_(engine.flat_params()) {
-  ST_USER_CHECK(cfg_.name == "adamw" || cfg_.name == "sgd", "unknown optimizer.name '", cfg_.name,
-                "' (adamw, sgd)");
+    : engine_(engine), cfg_(std::move(cfg)), kind_(parse_optimizer(cfg_.name)), flats_(engine.flat_params()) {
   on_device_ = cfg_.state_as_tensors || (!flats_.empty() && !flats_.front()->master().device().is_cpu());
   if (on_device_) {
-    if (cfg_.name == "adamw") cfg_.adamw.validate();
+    if (kind_ == OptimizerKind::AdamW) cfg_.adamw.validate();
     else cfg_.sgd.validate();
     for (FlatParam* fp : flats_) {
       masks_.push_back(shard_decay_mask(*fp, cfg_.no_decay));
       DeviceState d;
-      if (cfg_.name == "adamw") {
+      if (kind_ == OptimizerKind::AdamW) {
         const std::vector<int64_t> b = optim::decay_bounds(masks_.back(), cfg_.adamw);
         d.exp_avg = at::zeros_like(fp->master());
         d.exp_avg_sq = at::zeros_like(fp->master());
@@ -50,7 +57,7 @@ ShardedOptimizer::ShardedOptimizer(Engine& engine, OptimizerConfig cfg)
   }
   for (FlatParam* fp : flats_) {
     masks_.push_back(shard_decay_mask(*fp, cfg_.no_decay));
-    if (cfg_.name == "adamw")
+    if (kind_ == OptimizerKind::AdamW)
       adamw_.push_back(std::make_unique<optim::FusedAdamW>(fp->shard_numel(), cfg_.adamw));
     else
       sgd_.push_back(std::make_unique<optim::FusedSGD>(fp->shard_numel(), cfg_.sgd));
@@ -109,7 +116,7 @@ void ShardedOptimizer::step_on_device(float lr) {
   for (size_t i = 0; i < flats_.size(); ++i) {
     FlatParam& fp = *flats_[i];
     DeviceState& d = dev_[i];
-    if (cfg_.name == "sgd") {
+    if (kind_ == OptimizerKind::Sgd) {
       // The Kokkos kernel's operations (sgd.cpp), as tensor operations: the decayed ranges take
       // d = g + wd*p, then the momentum buffer (a copy of d on the first step), then p -= lr*d.
       const optim::SGDConfig& c = cfg_.sgd;
@@ -154,7 +161,7 @@ void ShardedOptimizer::step(float lr) {
     step_on_device(lr);
     return;
   }
-  if (!adamw_.empty() && host_threads() > 1) {
+  if (kind_ == OptimizerKind::AdamW && !flats_.empty() && host_threads() > 1) {
     step_host_threaded(lr);
     return;
   }
@@ -162,7 +169,7 @@ void ShardedOptimizer::step(float lr) {
     FlatParam& fp = *flats_[i];
     float* p = fp.write_master().data_ptr<float>();
     const float* g = fp.grad_shard().data_ptr<float>();
-    if (!adamw_.empty())
+    if (kind_ == OptimizerKind::AdamW)
       adamw_[i]->step(p, g, fp.shard_numel(), masks_[i], lr);
     else
       sgd_[i]->step(p, g, fp.shard_numel(), masks_[i], lr);
@@ -171,9 +178,8 @@ void ShardedOptimizer::step(float lr) {
 
 int64_t ShardedOptimizer::steps_taken() const {
   if (on_device_) return device_steps_;
-  if (!adamw_.empty()) return adamw_[0]->steps_taken();
-  if (!sgd_.empty()) return sgd_[0]->steps_taken();
-  return 0;
+  if (flats_.empty()) return 0;
+  return kind_ == OptimizerKind::AdamW ? adamw_[0]->steps_taken() : sgd_[0]->steps_taken();
 }
 
 void ShardedOptimizer::set_steps_taken(int64_t steps) {
@@ -194,7 +200,7 @@ int64_t ShardedOptimizer::state_bytes() const {
 }
 
 std::vector<std::string> ShardedOptimizer::state_names() const {
-  if (cfg_.name == "adamw") return {"exp_avg", "exp_avg_sq"};
+  if (kind_ == OptimizerKind::AdamW) return {"exp_avg", "exp_avg_sq"};
   if (cfg_.sgd.momentum != 0) return {"momentum"};
   return {};
 }
@@ -203,7 +209,7 @@ at::Tensor ShardedOptimizer::state_tensor(size_t flat_index, size_t state_index)
   ST_CHECK(state_index < state_names().size(), "optimizer state ", state_index, " of ", state_names().size());
   if (on_device_) {
     const DeviceState& d = dev_.at(flat_index);
-    if (cfg_.name == "sgd") return d.momentum;
+    if (kind_ == OptimizerKind::Sgd) return d.momentum;
     return state_index == 0 ? d.exp_avg : d.exp_avg_sq;
   }
   return at::from_blob(state(flat_index, state_index), {flats_.at(flat_index)->shard_numel()},
@@ -217,7 +223,7 @@ float* ShardedOptimizer::state(size_t flat_index, size_t state_index) {
              ": copy through state_tensor() (checkpoints stage it in host memory)");
     return t.data_ptr<float>();
   }
-  if (!adamw_.empty())
+  if (kind_ == OptimizerKind::AdamW)
     return state_index == 0 ? adamw_.at(flat_index)->exp_avg() : adamw_.at(flat_index)->exp_avg_sq();
   return sgd_.at(flat_index)->momentum_buffer();
 }

@@ -29,19 +29,22 @@ StrategyComms make_strategy_comms(Strategy s, const runtime::DeviceMesh& mesh, c
   };
   StrategyComms sc;
   sc.world = make(mesh.world_comm(), "world");
-  if (is_hybrid(s)) {
+  // Opened in the same order on every rank (shard, its reduce-scatter twin, replicate, node):
+  // communicator creation is collective.
+  const StrategyGroups g = strategy_groups(s, mesh.world_size(), mesh.shard_size());
+  if (g.shard == GroupSpan::MeshShard) {
     sc.shard = make(mesh.shard_comm(), mesh.shard_group_name());
     sc.shard_rs = make(mesh.shard_comm(), mesh.shard_group_name() + ".rs");
-    sc.replicate = make(mesh.replicate_comm(), mesh.replicate_group_name());
     sc.shard_mpi = mesh.shard_comm();
-  } else if (s == Strategy::NoShard) {
-    sc.replicate = make(mesh.world_comm(), "world.dp");
-  } else {
+  } else if (g.shard == GroupSpan::World) {
     sc.shard = make(mesh.world_comm(), "shard[world]");
     sc.shard_rs = make(mesh.world_comm(), "shard[world].rs");
     sc.shard_mpi = mesh.world_comm();
-    if (secondary_shards && s == Strategy::FullShard) sc.node = make(mesh.shard_comm(), mesh.shard_group_name() + ".hpz");
   }
+  if (g.replicate == GroupSpan::MeshReplicate) sc.replicate = make(mesh.replicate_comm(), mesh.replicate_group_name());
+  else if (g.replicate == GroupSpan::World) sc.replicate = make(mesh.world_comm(), "world.dp");
+  if (secondary_shards && compression_support(s).secondary_shards)
+    sc.node = make(mesh.shard_comm(), mesh.shard_group_name() + ".hpz");
   return sc;
 }
 
@@ -76,7 +79,7 @@ namespace {
 // nodes: 2 + 1) and shard_group_size = 0 (ranks per host) their mesh is one group of all ranks.
 // The hybrid strategies need equal groups, and DeviceMesh says so.
 int mesh_group_size(const GroupOptions& o, const runtime::Topology& t) {
-  if (o.shard_group_size != 0 || is_hybrid(o.strategy) || (o.secondary_shards && o.strategy == Strategy::FullShard))
+  if (o.shard_group_size != 0 || is_hybrid(o.strategy) || (o.secondary_shards && compression_support(o.strategy).secondary_shards))
     return o.shard_group_size;
   const auto first = std::count(t.host_of_rank.begin(), t.host_of_rank.end(), 0);
   for (int h = 1; h < t.num_hosts; ++h)

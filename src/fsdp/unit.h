@@ -12,6 +12,7 @@
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/fsdp/flat_param.h"
 #include "shardtrain/fsdp/forward_hook.h"
+#include "shardtrain/fsdp/wrap.h"
 
 namespace shardtrain::fsdp {
 
@@ -35,7 +36,7 @@ struct Unit {
   std::string name;
   torch::nn::Module* module = nullptr;
   Hookable* hookable = nullptr;
-  bool is_root = false, is_ignored = false;
+  UnitKind kind = UnitKind::Block;
   bool reshard_after_forward = false, reshard_after_backward = true;
   comm::Comm* shard = nullptr;      // all-gathers
   comm::Comm* shard_rs = nullptr;   // reduce-scatters

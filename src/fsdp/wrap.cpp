@@ -127,9 +127,9 @@ std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& op
   std::vector<UnitPlan> units;
   for (size_t ui = 0; ui < unit_module.size(); ++ui) {
     UnitPlan u;
-    u.is_root = ui == 0;
+    u.kind = ui == 0 ? UnitKind::Root : UnitKind::Block;
     u.module = unit_module[ui];
-    u.name = u.is_root ? "<root>" : modules[u.module].first;
+    u.name = u.is_root() ? "<root>" : modules[u.module].first;
     // Split by dtype: keep_fp32 parameters stay fp32 under mixed precision.
     std::vector<int> compute, fp32;
     for (int pi : members[ui]) {
@@ -143,7 +143,7 @@ std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& op
   if (!ignored.empty()) {
     UnitPlan u;
     u.name = "<ignored>";
-    u.is_ignored = true;
+    u.kind = UnitKind::Ignored;
     // Kept whole on every rank (group size 1), in fp32, its gradient averaged like DDP.
     u.flats.push_back(make_flat(tree, ignored, at::kFloat, 1, opts.cpu_offload));
     units.push_back(std::move(u));

@@ -1,93 +1,15 @@
-// ZeroPP: quantized weight all-gather, quantized replica average with error feedback, and the
-// accuracy guard (see zeropp.h; the wire format is quantize.h's).
+// ZeroPP: the state of the quantized weight all-gather, the quantized replica average with error
+// feedback, the secondary shards and the accuracy guard (see zeropp.h; the collectives are
+// collectives.h's, the wire format quantize.h's).
 #include "zeropp.h"
 
-#include <cmath>
-#include <limits>
+#include <algorithm>
 
-#include "collectives.h"
-#include "engine_impl.h"
 #include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
 
 namespace shardtrain::fsdp {
-namespace {
-
-// Squared L2 norm of a - b and of b, in fp64.
-std::pair<double, double> err_and_ref(const at::Tensor& a, const at::Tensor& b) {
-  at::Tensor bd = b.to(at::kDouble);
-  const double err = (a.to(at::kDouble) - bd).pow(2).sum().item<double>();
-  const double ref = bd.pow(2).sum().item<double>();
-  return {err, ref};
-}
-
-// NaN when the exact result is not finite itself (nothing to judge: the trainer's divergence
-// guard handles that step); infinite when only the quantized one is not.
-double relative(double err2, double ref2) {
-  if (!std::isfinite(ref2)) return std::numeric_limits<double>::quiet_NaN();
-  if (!std::isfinite(err2)) return std::numeric_limits<double>::infinity();
-  if (ref2 == 0) return err2 == 0 ? 0.0 : std::numeric_limits<double>::infinity();
-  return std::sqrt(err2 / ref2);
-}
-
-// A wire buffer for S packed vectors of P bytes each (P a multiple of 4), as float16: the comm
-// layer moves floating dtypes.
-at::Tensor wire_buffer(int S, int64_t P, const at::TensorOptions& o) {
-  return at::empty({S * P / 2}, o.dtype(at::kHalf));
-}
-
-}  // namespace
-
-// The quantized all-gather of one flat in flight: wait() waits for the wire, dequantizes every
-// rank's slice into the flat's unsharded buffer and, on a guard step, compares with the exact
-// gather (falling the flat back to full precision above the threshold: this gather then uses
-// the exact values too).
-class QuantizedGatherWork final : public comm::Work {
- public:
-  QuantizedGatherWork(ZeroPP& z, FlatParam& fp, comm::WorkPtr wire_work, at::Tensor wire, comm::WorkPtr exact_work,
-                      at::Tensor exact)
-      : Work(wire_work->seq()), z_(z), fp_(fp), wire_work_(std::move(wire_work)), wire_(std::move(wire)),
-        exact_work_(std::move(exact_work)), exact_(std::move(exact)) {}
-
-  void wait() override {
-    if (done_) return;
-    wire_work_->wait();
-    if (exact_work_) exact_work_->wait();
-    done_ = true;
-    const int S = fp_.shard_size();
-    const int64_t L = fp_.shard_numel(), block = z_.c_.block, P = quantized_bytes(L, block);
-    at::Tensor full = storage_alias(fp_.full(), 0, {fp_.padded()});
-    for (int r = 0; r < S; ++r) dequantize_into(as_bytes(wire_, r * P, P), L, block, full.narrow(0, r * L, L));
-    wire_ = at::Tensor();
-    if (!exact_.defined()) return;
-    auto [err, ref] = err_and_ref(full, exact_);
-    const double rel = relative(err, ref);
-    CommStats& st = z_.stats_;
-    z_.begin_record();
-    ++st.guard_checks;
-    st.weight_rel_error = std::max(st.weight_rel_error, rel);
-    if (rel > z_.c_.guard_threshold) {
-      full.copy_(exact_);
-      z_.flat_[&fp_].weights_fallback = true;
-      ++st.weight_fallbacks;
-      z_.warn_fallback("weight all-gather", fp_, rel);
-    }
-    exact_ = at::Tensor();
-  }
-  bool is_completed() override {
-    return done_ || (wire_work_->is_completed() && (!exact_work_ || exact_work_->is_completed()));
-  }
-
- private:
-  ZeroPP& z_;
-  FlatParam& fp_;
-  comm::WorkPtr wire_work_;
-  at::Tensor wire_;
-  comm::WorkPtr exact_work_;
-  at::Tensor exact_;
-  bool done_ = false;
-};
 
 ZeroPP::ZeroPP(const Compression& c, const c10::Device& device, comm::Comm* node)
     : c_(c), device_(device), node_(node) {
@@ -107,14 +29,10 @@ void ZeroPP::begin_record() {
   stats_.weight_rel_error = stats_.grad_rel_error = -1;
 }
 
-comm::WorkPtr Engine::Impl::gather_flat(Unit& u, FlatParam& fp, const at::Tensor& mine) {
-  return zpp ? zpp->gather(u, fp, mine, phase == Phase::Backward, stats) : all_gather_flat(*u.shard, fp, mine);
-}
-
-void ZeroPP::keep_secondary(Unit& u, MemoryStats& ms) {
-  if (!c_.secondary_shards || !node_ || u.is_ignored) return;
+void ZeroPP::keep_secondary(const std::vector<std::unique_ptr<FlatParam>>& flats, MemoryStats& ms) {
+  if (!c_.secondary_shards || !node_) return;
   const int G = node_->size(), l = node_->rank();
-  for (auto& fp : u.flats) {
+  for (auto& fp : flats) {
     if (fp->aliases_master() || fp->shard_size() == 1 || fp->state() != FlatParam::State::Unsharded) continue;
     ST_CHECK(fp->padded() % G == 0, "secondary shard: ", fp->padded(), " elements over ", G, " ranks of the node");
     const int64_t chunk = fp->padded() / G;
@@ -132,41 +50,36 @@ void ZeroPP::drop_secondary(const FlatParam& fp, MemoryStats& ms) {
   secondary_.erase(it);
 }
 
-comm::WorkPtr ZeroPP::gather(Unit& u, FlatParam& fp, const at::Tensor& mine, bool backward, MemoryStats& ms) {
-  if (secondary_.count(&fp)) {
+comm::WorkPtr ZeroPP::gather(comm::Comm& shard, FlatParam& fp, const at::Tensor& mine, bool quantizable,
+                             bool backward, MemoryStats& ms) {
+  if (auto it = secondary_.find(&fp); it != secondary_.end()) {
     if (backward) {
       // hpZ: the weights forward used, gathered from the node's secondary shards.
-      const int G = node_->size(), l = node_->rank();
-      const int64_t chunk = fp.padded() / G;
-      at::Tensor full = storage_alias(fp.full(), 0, {fp.padded()});
-      at::Tensor own = full.narrow(0, l * chunk, chunk);
-      own.copy_(secondary_[&fp]);
+      comm::WorkPtr w = all_gather_from_secondary(*node_, fp, it->second);
       drop_secondary(fp, ms);
-      return node_->all_gather(full, own);
+      return w;
     }
     drop_secondary(fp, ms);  // left from a forward without backward: the masters may have changed
   }
-  if (!c_.quantize_weights || u.is_ignored || flat_[&fp].weights_fallback) return all_gather_flat(*u.shard, fp, mine);
-  const int S = fp.shard_size(), r = fp.shard_rank();
-  const int64_t L = fp.shard_numel(), P = quantized_bytes(L, c_.block);
-  at::Tensor wire = wire_buffer(S, P, fp.full().options());
+  if (!c_.quantize_weights || !quantizable || flat_[&fp].weights_fallback) return all_gather_flat(shard, fp, mine);
   PerFlat& pf = flat_[&fp];
   if (pf.packed_step != step_ || !pf.packed.defined()) {
-    if (!pf.packed.defined()) pf.packed = at::empty({P}, fp.master().options().dtype(at::kByte));
+    if (!pf.packed.defined())
+      pf.packed = at::empty({quantized_bytes(fp.shard_numel(), c_.block)}, fp.master().options().dtype(at::kByte));
     quantize_into(fp.master(), pf.packed, c_.block);
     pf.packed_step = step_;
   }
-  as_bytes(wire, r * P, P).copy_(pf.packed);
-  comm::WorkPtr w = u.shard->all_gather(wire, wire.narrow(0, r * P / 2, P / 2));
-  comm::WorkPtr exact_work;
-  at::Tensor exact;
-  if (guard_step()) {
-    exact = at::empty({fp.padded()}, fp.full().options());
-    exact.narrow(0, r * L, L).copy_(fp.master());
-    exact_work = u.shard->all_gather(exact, exact.narrow(0, r * L, L));
-  }
-  return std::make_shared<QuantizedGatherWork>(*this, fp, std::move(w), std::move(wire), std::move(exact_work),
-                                               std::move(exact));
+  FlatParam* f = &fp;
+  return quantized_all_gather_flat(shard, fp, pf.packed, c_.block, guard_step(), [this, f](double rel) {
+    begin_record();
+    ++stats_.guard_checks;
+    stats_.weight_rel_error = std::max(stats_.weight_rel_error, rel);
+    if (!(rel > c_.guard_threshold)) return false;
+    flat_[f].weights_fallback = true;
+    ++stats_.weight_fallbacks;
+    warn_fallback("weight all-gather", *f, rel);
+    return true;
+  });
 }
 
 at::Tensor& ZeroPP::residual(FlatParam& fp) {
@@ -180,44 +93,24 @@ void ZeroPP::issue_replica_average(std::vector<std::pair<comm::Comm*, FlatParam*
   const bool check = guard_step();
   for (auto& [c, fp] : shards) {
     if (!c || c->size() == 1 || flat_[fp].grads_fallback) continue;
-    const int R = c->size(), k = c->rank();
-    const int64_t L = fp->shard_numel(), P = quantized_bytes(L, c_.block);
     at::Tensor& e = residual(*fp);
     // x = this step's gradient plus what quantization left out last time (error feedback).
     at::Tensor x = fp->grad_shard() + e;
-    PendingAverage p;
-    p.fp = fp;
-    p.replicate = c;
-    p.wire = wire_buffer(R, P, fp->grad_shard().options());
-    at::Tensor own = as_bytes(p.wire, k * P, P);
-    quantize_into(x, own, c_.block);
-    // The new residual: x minus what the others will receive from this rank.
-    at::sub_out(e, x, dequantize(own, L, c_.block));
-    p.work = c->all_gather(p.wire, p.wire.narrow(0, k * P / 2, P / 2));
-    if (check) {
-      p.exact = x;
-      p.exact_work = c->all_reduce(p.exact, comm::ReduceOp::Avg);
-    }
-    pending_.push_back(std::move(p));
+    pending_.push_back({fp, int8_replica_average(*c, x, e, c_.block, check)});
     c = nullptr;  // averaged here, not by the caller
   }
 }
 
-void ZeroPP::finish_replica_average(Engine::Impl& m) {
+void ZeroPP::finish_replica_average(comm::Comm* shard, const std::function<void(comm::Work&)>& wait) {
   std::vector<double> guard;  // per pending entry: err^2, ref^2
   for (PendingAverage& p : pending_) {
-    m.wait_timed(*p.work);
-    if (p.exact_work) m.wait_timed(*p.exact_work);
-    const int R = p.replicate->size();
-    const int64_t L = p.fp->shard_numel(), P = quantized_bytes(L, c_.block);
-    // Summed in fp32 in replica order: every replica computes the same bits.
-    at::Tensor sum = at::zeros({L}, p.fp->grad_shard().options());
-    for (int r = 0; r < R; ++r) sum.add_(dequantize(as_bytes(p.wire, r * P, P), L, c_.block));
-    sum.div_(static_cast<double>(R));
-    p.fp->grad_shard().copy_(sum);
-    p.wire = at::Tensor();
-    if (p.exact.defined()) {
-      auto [err, ref] = err_and_ref(sum, p.exact);
+    wait(*p.avg.work);
+    if (p.avg.exact_work) wait(*p.avg.exact_work);
+    const at::Tensor avg = p.avg.average();
+    p.fp->grad_shard().copy_(avg);
+    p.avg.wire = at::Tensor();
+    if (p.avg.exact.defined()) {
+      auto [err, ref] = squared_error_and_reference(avg, p.avg.exact);
       guard.push_back(err);
       guard.push_back(ref);
     }
@@ -226,13 +119,13 @@ void ZeroPP::finish_replica_average(Engine::Impl& m) {
     // One unit's error over all of its shards: summed over the shard group, so every rank
     // decides the same (replicas hold the same numbers already).
     at::Tensor t = at::tensor(guard, at::TensorOptions().dtype(at::kDouble)).to(device_);
-    if (m.comms.shard && m.comms.shard->size() > 1) m.wait_timed(*m.comms.shard->all_reduce(t, comm::ReduceOp::Sum));
+    if (shard && shard->size() > 1) wait(*sum_across(*shard, t));
     t = t.cpu();
     const double* g = t.data_ptr<double>();
     size_t i = 0;
     for (PendingAverage& p : pending_) {
-      if (!p.exact.defined()) continue;
-      const double rel = relative(g[2 * i], g[2 * i + 1]);
+      if (!p.avg.exact.defined()) continue;
+      const double rel = relative_error(g[2 * i], g[2 * i + 1]);
       ++i;
       begin_record();
       ++stats_.guard_checks;
@@ -240,7 +133,7 @@ void ZeroPP::finish_replica_average(Engine::Impl& m) {
       if (rel > c_.guard_threshold) {
         // The exact average of (gradient + residual) replaces the quantized one; nothing is
         // left to carry.
-        p.fp->grad_shard().copy_(p.exact);
+        p.fp->grad_shard().copy_(p.avg.exact);
         residual(*p.fp).zero_();
         flat_[p.fp].grads_fallback = true;
         ++stats_.grad_fallbacks;

@@ -1,10 +1,13 @@
 // ZeroPP: the engine's ZeRO++-style compression of what crosses nodes (EngineOptions::
-// compression): the quantized weight all-gather (qwZ), the quantized gradient average across
-// replicas with error feedback (qgZ), and the accuracy guard that checks both against the exact
-// result every K steps and falls a flat back to full precision above a threshold. The engine
-// calls it from three hooks: the gather of a flat (schedule.cpp issue_gather), the replica
-// average at the end of the last micro-batch's backward (end_backward), and the checkpoint's
-// residual access (engine.cpp).
+// compression): the state of the quantized weight all-gather (qwZ), the quantized gradient
+// average across replicas with error feedback (qgZ), the secondary shards (hpZ), and the accuracy
+// guard that checks both quantized collectives against the exact result every K steps and falls
+// a flat back to full precision above a threshold. What goes over the wire is collectives.h's;
+// this class decides which of them a flat gets and keeps what they leave (residuals, fallbacks,
+// the packed masters, secondary shards). The engine's schedule calls it at the gather of a flat
+// (issue_gather), after a unit's forward (keep_secondary), at the replica average of the last
+// micro-batch (end_backward) and for the checkpoint's residuals (engine.cpp), always with
+// explicit inputs: it knows nothing of the engine's internals.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -13,10 +16,13 @@
 #include <utility>
 #include <vector>
 
+#include <functional>
+#include <memory>
+
 #include "shardtrain/comm/comm.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/flat_param.h"
-#include "unit.h"
+#include "collectives.h"
 
 namespace shardtrain::fsdp {
 
@@ -26,23 +32,24 @@ class ZeroPP {
   ZeroPP(const Compression& c, const c10::Device& device, comm::Comm* node);
   const Compression& options() const { return c_; }
 
-  // The all-gather of fp's shards into its unsharded buffer (the engine's all_gather_flat
-  // when qwZ is off or the flat fell back): int8 codes and scales on the wire, dequantized
-  // into `full` when the returned work is waited for. On a guard step the exact gather runs
-  // too and is compared there.
-  // backward: the gather before a unit's backward, which a secondary shard serves from inside
-  // the node (hpZ); any other gather drops a secondary shard left over.
-  comm::WorkPtr gather(Unit& u, FlatParam& fp, const at::Tensor& mine, bool backward, MemoryStats& ms);
-  // hpZ, post-forward (before the unit is resharded): keeps this rank's slice of each of u's
-  // unsharded flats over the node group.
-  void keep_secondary(Unit& u, MemoryStats& ms);
+  // The all-gather of fp's shards into its unsharded buffer over `shard`: the plain one
+  // (all_gather_flat) when qwZ is off, the flat is not quantized (quantizable = false: the
+  // ignored group) or fell back; else the quantized one, with the exact gather beside it on a
+  // guard step. backward: the gather before a unit's backward, which a secondary shard serves
+  // from inside the node (hpZ); any other gather drops a secondary shard left over.
+  comm::WorkPtr gather(comm::Comm& shard, FlatParam& fp, const at::Tensor& mine, bool quantizable, bool backward,
+                       MemoryStats& ms);
+  // hpZ, post-forward of a unit (not the ignored group), before it is resharded: keeps this
+  // rank's slice of each of its unsharded flats over the node group.
+  void keep_secondary(const std::vector<std::unique_ptr<FlatParam>>& flats, MemoryStats& ms);
 
   // qgZ, first half: takes the flats it averages out of `shards` (setting their comm to
-  // nullptr) and issues their quantized all-gathers across replicas.
+  // nullptr) and issues their quantized averages across replicas.
   void issue_replica_average(std::vector<std::pair<comm::Comm*, FlatParam*>>& shards);
-  // Second half, after the others were averaged: waits, dequantizes and sums in fp32 into the
-  // gradient shards, runs the guard; ends the optimizer step (the guard's step count).
-  void finish_replica_average(Engine::Impl& m);
+  // Second half, after the others were averaged: waits (through `wait`, the engine's timed wait),
+  // writes the averages into the gradient shards, runs the guard (its error terms summed over
+  // `shard`, nullptr when not sharded); ends the optimizer step (the guard's step count).
+  void finish_replica_average(comm::Comm* shard, const std::function<void(comm::Work&)>& wait);
   // The end of an optimizer step without a replica average (no qgZ flat).
   void end_step() { ++step_; }
 
@@ -67,9 +74,7 @@ class ZeroPP {
   };
   struct PendingAverage {
     FlatParam* fp = nullptr;
-    comm::Comm* replicate = nullptr;
-    comm::WorkPtr work, exact_work;
-    at::Tensor wire, exact;  // exact: the fp32 average of (gradient + residual), guard steps
+    Int8Average avg;  // avg.exact: the fp32 average of (gradient + residual), guard steps
   };
   bool guard_step() const { return c_.guard_every > 0 && step_ % c_.guard_every == 0; }
   // Before a guard result is recorded: a new guard step starts its maxima afresh.
@@ -86,7 +91,6 @@ class ZeroPP {
   void drop_secondary(const FlatParam& fp, MemoryStats& ms);
   std::vector<PendingAverage> pending_;
   CommStats stats_;
-  friend class QuantizedGatherWork;
 };
 
 }  // namespace shardtrain::fsdp

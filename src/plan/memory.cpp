@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "shardtrain/fsdp/engine.h"
+#include "shardtrain/runtime/device_mesh.h"
 
 namespace shardtrain::plan {
 namespace {
@@ -55,9 +56,9 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
       U += f.full_bytes();
       if (f.shard_size > 1) pend += f.padded * c + f.shard_numel * c;
     }
-    if (u.is_root) {
+    if (u.is_root()) {
       Ur = U;
-    } else if (!u.is_ignored) {
+    } else if (!u.is_ignored()) {
       ++nb;
       Ub = std::max(Ub, U);
       pend_b = std::max(pend_b, pend);
@@ -83,8 +84,8 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   // fsdp.secondary_shards (hpZ, full_shard): each block keeps 1/node of its unsharded bytes from
   // its forward until its backward gathers it (the block in backward and the one prefetched have
   // taken theirs).
-  const int Gn = ps.shard_group_size > 0 ? ps.shard_group_size : ps.ranks_per_host;
-  const int64_t sec = ps.engine.compression.secondary_shards && st == fsdp::Strategy::FullShard && Gn > 0 ? Ub / Gn : 0;
+  const int Gn = runtime::mesh_shard_size(ps.shard_group_size, ps.ranks_per_host);
+  const int64_t sec = ps.engine.compression.secondary_shards && fsdp::compression_support(st).secondary_shards && Gn > 0 ? Ub / Gn : 0;
   auto secs = [&](int64_t taken) { return std::max<int64_t>(0, nb - taken) * sec; };
   // A finished block's reduce-scatter input and output stay until it is retired, and the
   // engine retires by count only: fsdp::kMaxPendingReductions (2) are kept, whether or not

@@ -51,7 +51,7 @@ double blocks_param_share(const std::vector<fsdp::UnitPlan>& units) {
   double all = 0, blocks = 0;
   for (const auto& u : units) {
     all += static_cast<double>(u.numel());
-    if (!u.is_root && !u.is_ignored) blocks += static_cast<double>(u.numel());
+    if (!u.is_root() && !u.is_ignored()) blocks += static_cast<double>(u.numel());
   }
   return all > 0 ? blocks / all : 0.0;
 }
@@ -118,15 +118,15 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
   double numel_all = 0;
   for (size_t i = 0; i < units.size(); ++i) {
     numel_all += static_cast<double>(units[i].numel());
-    if (units[i].is_root) root = static_cast<int>(i);
-    else if (!units[i].is_ignored) blocks.push_back(static_cast<int>(i));
+    if (units[i].is_root()) root = static_cast<int>(i);
+    else if (!units[i].is_ignored()) blocks.push_back(static_cast<int>(i));
   }
   const double per_micro = compute / std::max(1, in.grad_accum);
   auto flops_share = [&](int u) {
     double n = static_cast<double>(units[u].numel());
     if (u == root)
       for (const auto& v : units)
-        if (v.is_ignored) n += static_cast<double>(v.numel());
+        if (v.is_ignored()) n += static_cast<double>(v.numel());
     return numel_all > 0 ? n / numel_all : 0.0;
   };
   // Forward is 2 of 6N's 6 FLOPs per parameter, backward 4; recomputation runs a block's

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::plan {
@@ -19,10 +20,9 @@ const std::vector<fsdp::Strategy>& all_strategies() {
 
 namespace {
 
+// The engine's rule (fsdp::strategy_groups) on the mesh the runtime would build.
 int group_size_for(const PlanSettings& ps, fsdp::Strategy st) {
-  if (st == fsdp::Strategy::NoShard) return 1;
-  if (fsdp::is_hybrid(st)) return ps.shard_group_size > 0 ? ps.shard_group_size : ps.ranks_per_host;
-  return ps.ranks;
+  return fsdp::strategy_groups(st, ps.ranks, runtime::mesh_shard_size(ps.shard_group_size, ps.ranks_per_host)).shard_size;
 }
 
 // Whether the ranks of one group lie on more than one host (hosts: consecutive blocks of
@@ -80,7 +80,8 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   // Communication per rank per step, with the deck's quantization options (fsdp.quantize_*)
   // where this strategy runs them, and each option alone for the report.
   const fsdp::Compression& c = ps.engine.compression;
-  const bool qw_ok = st != fsdp::Strategy::NoShard, qg_ok = fsdp::is_hybrid(st), hp_ok = st == fsdp::Strategy::FullShard;
+  const fsdp::CompressionSupport runs = fsdp::compression_support(st);
+  const bool qw_ok = runs.quantize_weights, qg_ok = runs.quantize_grads, hp_ok = runs.secondary_shards;
   Traffic deck =
       step_traffic(ps, st, p, c.quantize_weights && qw_ok, c.quantize_grads && qg_ok, c.secondary_shards && hp_ok);
   p.comm = deck.volume;

@@ -71,7 +71,7 @@ std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int 
   while (i < p.units.size()) {
     size_t j = i + 1;
     auto same = [&](const fsdp::UnitPlan& a, const fsdp::UnitPlan& b) {
-      if (a.is_root || b.is_root || a.is_ignored != b.is_ignored || a.flats.size() != b.flats.size()) return false;
+      if (a.is_root() || b.is_root() || a.is_ignored() != b.is_ignored() || a.flats.size() != b.flats.size()) return false;
       for (size_t k = 0; k < a.flats.size(); ++k)
         if (a.flats[k].numel != b.flats[k].numel || a.flats[k].dtype != b.flats[k].dtype) return false;
       return true;
@@ -87,7 +87,7 @@ std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int 
                     with_commas(f.numel).c_str(), group > 1 ? with_commas(f.shard_numel).c_str() : "whole",
                     group > 1 ? flat_bar(f, group, width).c_str() : "");
       os << line;
-      if (u.is_ignored) os << " (ignored: whole on every rank)";
+      if (u.is_ignored()) os << " (ignored: whole on every rank)";
       os << "\n";
     }
     if (j - i > 1) {

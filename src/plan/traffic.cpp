@@ -8,6 +8,7 @@
 
 #include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/plan/strategy_plan.h"
+#include "shardtrain/runtime/device_mesh.h"
 
 namespace shardtrain::plan {
 namespace {
@@ -50,7 +51,7 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   const int N = ps.ranks, G = ps.ranks_per_host, S = p.shard_size;
   // hpZ: full_shard's backward gathers run over the node group (parallel.shard_group_size or the
   // host), inside the host, in full param_dtype from the secondary shards.
-  const int Gn = ps.shard_group_size > 0 ? ps.shard_group_size : G;
+  const int Gn = runtime::mesh_shard_size(ps.shard_group_size, G);
   double ag_node = 0;
   const int64_t block = ps.engine.compression.block;
   const double guard = ps.engine.compression.guard_every > 0 ? 1.0 / ps.engine.compression.guard_every : 0.0;
@@ -78,11 +79,11 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
     const auto& u = p.units[ui];
     const int unit = static_cast<int>(ui);
     for (const auto& f : u.flats) {
-      if (u.is_ignored) {
+      if (u.is_ignored()) {
         if (N > 1) ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
         continue;
       }
-      const int gathers = u.is_root ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
+      const int gathers = u.is_root() ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
       if (st != fsdp::Strategy::NoShard) {
         const double plain = ring * f.padded * f.elem_bytes();
         const double packed = S > 1 ? (S - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) : 0.0;

@@ -8,16 +8,19 @@
 
 namespace shardtrain::runtime {
 
+int mesh_shard_size(int shard_group_size, int ranks_per_host) {
+  return shard_group_size > 0 ? shard_group_size : ranks_per_host;
+}
+
 DeviceMesh::DeviceMesh(MPI_Comm world, const Topology& topo, int shard_group_size) {
   ST_MPI_CHECK(MPI_Comm_dup(world, &world_));
   world_rank_ = topo.world_rank;
   world_size_ = topo.world_size;
 
-  int S = shard_group_size;
-  if (S <= 0) {
+  const int S = mesh_shard_size(shard_group_size, topo.local_size);
+  if (shard_group_size <= 0) {
     // Default: one shard group per host. Hosts must hold equal numbers of ranks, and
     // (as mpirun and srun place them by default) consecutive ones.
-    S = topo.local_size;
     for (int r = 0; r < world_size_; ++r) {
       int h = topo.host_of_rank[r];
       int count = static_cast<int>(std::count(topo.host_of_rank.begin(), topo.host_of_rank.end(), h));

@@ -52,10 +52,7 @@ ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOption
     j.engine_options.device = j.device;
     j.engine_options.host_id = j.topo.host_id;
     // A probe of another strategy than the deck's (plan, maxbatch) keeps the options it runs.
-    fsdp::Compression& c = j.engine_options.compression;
-    if (!fsdp::is_hybrid(j.strategy)) c.quantize_grads = false;
-    if (j.strategy == fsdp::Strategy::NoShard) c.quantize_weights = false;
-    if (j.strategy != fsdp::Strategy::FullShard) c.secondary_shards = false;
+    j.engine_options.compression = fsdp::supported_compression(j.strategy, j.engine_options.compression);
   });
   // bf16 products on a CPU: the faster correct path, the same on every rank (bf16_choice.h).
   if (j.engine_options.mp.param_dtype == at::kBFloat16 && j.device.is_cpu()) {

@@ -269,7 +269,7 @@ TEST(SecondaryShards, BackwardGathersStayInTheNodeWithTheSameBits) {
   // The units' secondary shards: 1/2 (the node) of each block's unsharded bytes.
   int64_t want = 0;
   for (const fsdp::UnitPlan& u : sec->engine->layout())
-    if (!u.is_root && !u.is_ignored)
+    if (!u.is_root() && !u.is_ignored())
       for (const auto& f : u.flats) want += f.padded / 2 * 4;
   for (int step = 0; step < 3; ++step) {
     const fsdp::CommStats s0 = sec->engine->comm_stats(), p0 = plain->engine->comm_stats();

@@ -340,7 +340,7 @@ TEST(MemoryPlan, QuantizedCollectivesAndSecondaryShards) {
   EXPECT_EQ(fh.comm.inter_host, f.inter_host_hpz);  // the deck's choice is what `comm` shows
   int64_t blocks = 0, block_bytes = 0;
   for (const auto& u : f.units)
-    if (!u.is_root && !u.is_ignored) {
+    if (!u.is_root() && !u.is_ignored()) {
       ++blocks;
       int64_t b = 0;
       for (const auto& fl : u.flats) b += fl.full_bytes();

@@ -65,9 +65,9 @@ struct MemoryStats {
 };
 
 // What the engine's collectives sent, and what the accuracy guard of the quantized collectives
-// found. Bytes: what this rank sends under a ring model of each collective (all-gather and
-// reduce-scatter (S-1) pieces, all-reduce 2(S-1)/S of the buffer), counted between nodes when
-// the rank's successor in the group's ring lives on another host; cumulative.
+// found. Bytes: what this rank sends under the ring model of each collective
+// (comm::ring_bytes_sent), counted between nodes when the rank's successor in the group's ring
+// lives on another host; cumulative.
 struct CommStats {
   int64_t intra_node_bytes = 0;
   int64_t inter_node_bytes = 0;
@@ -101,7 +101,8 @@ class Engine {
 
   // Every flat parameter this rank holds (units' in order, then the ignored group).
   std::vector<FlatParam*> flat_params();
-  const EngineOptions& options() const { return opts_; }
+  // What the engine runs with (the device with its index: cuda -> cuda:0).
+  const EngineOptions& options() const;
   int num_units() const;
   // The plan each unit was built from (fsdp::plan_units), in unit order.
   const std::vector<UnitPlan>& layout() const;
@@ -135,7 +136,6 @@ class Engine {
   double exact_grad_norm();
   double fast_grad_norm();
   std::unique_ptr<Impl> impl_;
-  EngineOptions opts_;
 };
 
 }  // namespace shardtrain::fsdp

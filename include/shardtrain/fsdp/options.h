@@ -4,6 +4,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,8 +17,8 @@ enum class BackwardPrefetch { Pre, Post, None };
 Strategy parse_strategy(const std::string& s);        // "full_shard", ... (UserError otherwise)
 const char* to_string(Strategy s);
 BackwardPrefetch parse_backward_prefetch(const std::string& s);
-at::ScalarType parse_dtype(const std::string& s);     // "fp32" | "bf16" | "fp16"
-const char* dtype_name(at::ScalarType t);
+at::ScalarType parse_dtype(const std::string& s);     // "fp32" | "bf16" | "fp16" (or torch's long names)
+const char* dtype_name(at::ScalarType t);             // comm::dtype_short_name
 bool is_hybrid(Strategy s);
 // Whether a unit's parameters are freed right after its forward (ZeRO-3) or kept until
 // its backward ends (ZeRO-2).
@@ -81,5 +82,39 @@ struct EngineOptions {
   // into inside and between nodes by it. -1: unknown, everything counts as inside the node.
   int host_id = -1;
 };
+
+// ---- the strategy x option rules, each stated once --------------------------------------
+
+// Which of the Compression options strategy s runs: quantized weight gathers need sharded
+// weights (not no_shard), the quantized replica average needs replicas (the hybrid strategies),
+// secondary shards are full_shard's (a hybrid shard group is the node already).
+struct CompressionSupport {
+  bool quantize_weights = false, quantize_grads = false, secondary_shards = false;
+};
+CompressionSupport compression_support(Strategy s);
+// c with the options s does not run switched off (a probe of another strategy than the deck's).
+Compression supported_compression(Strategy s, Compression c);
+
+// A combination the engine does not run: the deck key set to true, and why (the text after
+// "<key> = true ").
+struct OptionConflict {
+  std::string key, why;
+};
+// The first strategy x option combination of o (strategy, compression, cpu_offload,
+// reproducible) the engine refuses, in a fixed order; nullopt when it runs.
+std::optional<OptionConflict> check_strategy_options(const EngineOptions& o);
+
+// The groups strategy s shards and replicates over, on a world of world_size ranks whose mesh
+// has shard groups of mesh_shard_size (runtime::mesh_shard_size): full_shard and shard_grad_op
+// shard over the world, no_shard replicates over it, the hybrid strategies shard inside a mesh
+// shard group and replicate across them (its replicate group). open_groups opens these
+// communicators; the planner sizes its plans by them.
+enum class GroupSpan { None, World, MeshShard, MeshReplicate };
+struct StrategyGroups {
+  GroupSpan shard = GroupSpan::None, replicate = GroupSpan::None;
+  int shard_size = 1;      // ranks a flat is sharded over
+  int replicate_size = 1;  // ranks holding the same shard (world_size / shard_size)
+};
+StrategyGroups strategy_groups(Strategy s, int world_size, int mesh_shard_size);
 
 }  // namespace shardtrain::fsdp

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace shardtrain::fsdp {
 
@@ -31,5 +32,11 @@ at::Tensor packed_scales(const at::Tensor& packed, int64_t n, int64_t block);
 // Views a byte count of a buffer of any dtype as uint8 (a buffer the comm layer can move is
 // float16; the codes and scales are written into its bytes).
 at::Tensor as_bytes(const at::Tensor& t, int64_t byte_offset, int64_t nbytes);
+
+// The accuracy guard's measure. Squared L2 norms of a - b and of b, in fp64.
+std::pair<double, double> squared_error_and_reference(const at::Tensor& a, const at::Tensor& b);
+// sqrt(err2 / ref2): NaN when the exact result is not finite itself (nothing to judge: the
+// trainer's divergence guard handles that step); infinite when only the quantized one is not.
+double relative_error(double err2, double ref2);
 
 }  // namespace shardtrain::fsdp

@@ -10,8 +10,12 @@
 
 namespace shardtrain::fsdp {
 
+// The optimizers, in choices::kOptimizers' order; parsed once from optimizer.name.
+enum class OptimizerKind { AdamW, Sgd };
+OptimizerKind parse_optimizer(const std::string& name);  // UserError naming optimizer.name otherwise
+
 struct OptimizerConfig {
-  std::string name = "adamw";  // adamw | sgd
+  std::string name = "adamw";  // adamw | sgd (choices::kOptimizers)
   optim::AdamWConfig adamw;
   optim::SGDConfig sgd;
   // Parameter-name substrings that take no weight decay (biases, norms).
@@ -55,6 +59,7 @@ class ShardedOptimizer {
  private:
   Engine& engine_;
   OptimizerConfig cfg_;
+  OptimizerKind kind_;
   std::vector<FlatParam*> flats_;
   std::vector<optim::DecayMask> masks_;
   std::vector<std::unique_ptr<optim::FusedAdamW>> adamw_;

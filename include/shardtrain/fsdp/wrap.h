@@ -62,10 +62,17 @@ struct FlatPlan {
   int64_t full_bytes() const { return padded * elem_bytes(); }  // the unsharded buffer
 };
 
+// What a unit is: the root (the whole model: it owns every parameter no other unit claims and
+// stays unsharded from its forward to the end of backward), a block (a wrapped module), or the
+// ignored group (parameters kept whole on every rank, averaged like DDP; no module).
+enum class UnitKind { Root, Block, Ignored };
+
 struct UnitPlan {
   std::string name;              // "<root>", the module's path ("transformer.h.0"), "<ignored>"
   int module = -1;               // in ModuleTree::modules (0: the root; -1: the ignored group)
-  bool is_root = false, is_ignored = false;
+  UnitKind kind = UnitKind::Block;
+  bool is_root() const { return kind == UnitKind::Root; }
+  bool is_ignored() const { return kind == UnitKind::Ignored; }
   std::vector<FlatPlan> flats;   // compute dtype first, then fp32 (keep_fp32 under mixed precision)
   int64_t numel() const;
   int num_params() const;

@@ -9,6 +9,11 @@
 
 namespace shardtrain::runtime {
 
+// The shard group size of a mesh: parallel.shard_group_size when > 0, else the ranks per host
+// (one shard group per host). The one statement of the default: DeviceMesh builds by it, the
+// planner and fsdp::strategy_groups size by it.
+int mesh_shard_size(int shard_group_size, int ranks_per_host);
+
 // World ranks form a grid of R replicate rows by S shard columns, R*S = world size.
 // A rank's shard group holds the S ranks that together own one full copy of the
 // model (FSDP inside the group); its replicate group holds the R ranks with the

@@ -2,7 +2,7 @@
 // values, the parsers (fsdp::parse_strategy, fsdp::parse_dtype), the device and backend checks
 // (fsdp::open_groups) and `shardtrain deck reference --json` (which jobscripts/scaling-study
 // reads) all take the names from here. The order is the order of the C++ enums that mirror them
-// (fsdp::Strategy).
+// (fsdp::Strategy, fsdp::OptimizerKind).
 #pragma once
 #include <array>
 #include <string>
@@ -15,6 +15,7 @@ inline constexpr std::array<const char*, 5> kStrategies = {"full_shard", "shard_
 inline constexpr std::array<const char*, 3> kDtypes = {"fp32", "bf16", "fp16"};
 inline constexpr std::array<const char*, 3> kDevices = {"auto", "cpu", "cuda"};
 inline constexpr std::array<const char*, 3> kBackends = {"auto", "mpi", "nccl"};
+inline constexpr std::array<const char*, 2> kOptimizers = {"adamw", "sgd"};  // fsdp::OptimizerKind
 
 // fsdp.wrap (train::engine_options_from_deck: block = the model's block types, size =
 // fsdp.min_num_params, none = the whole model one unit) and fsdp.backward_prefetch
