@@ -72,5 +72,5 @@ void add_bench_collectives(CLI::App& app, CommandFn& selected) {
 }
 
 }  // namespace
-ST_REGISTER_COMMAND(bench_collectives, add_bench_collectives);
+ST_REGISTER_COMMAND_NEEDS(bench_collectives, "bench", add_bench_collectives, computing());
 }  // namespace shardtrain::cli

@@ -92,5 +92,9 @@ void add_info(CLI::App& app, CommandFn& selected) {
 }
 
 }  // namespace
-ST_REGISTER_COMMAND(info, add_info);
+ST_REGISTER_COMMAND_NEEDS(info, "info", add_info, [] {
+  CommandNeeds n = computing();
+  n.prints_kernel = true;  // in its rank table
+  return n;
+}());
 }  // namespace shardtrain::cli

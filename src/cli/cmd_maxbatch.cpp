@@ -3,7 +3,6 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "command.h"
@@ -11,10 +10,14 @@
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/alloc_tracker.h"
-#include "shardtrain/train/memory_plan.h"
+#include "shardtrain/plan/bytes.h"
+#include "shardtrain/plan/strategy_plan.h"
+#include "shardtrain/plan/tables.h"
+#include "shardtrain/train/plan_settings.h"
 #include "shardtrain/train/probe.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/memory.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::cli {
@@ -48,15 +51,6 @@ struct MaxBatchArgs {
   bool plan_only = false;
 };
 
-int64_t mem_available_bytes() {
-  std::ifstream f("/proc/meminfo");
-  for (std::string line; std::getline(f, line);) {
-    long long kb = 0;
-    if (std::sscanf(line.c_str(), "MemAvailable: %lld kB", &kb) == 1) return kb * 1024;
-  }
-  return 0;
-}
-
 struct Row {
   fsdp::Strategy strategy;
   int64_t best = 0;            // largest value that fits (0: not even the smallest)
@@ -81,10 +75,10 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
       for (std::string item; std::getline(ss, item, ',');)
         if (!item.empty()) strategies.push_back(fsdp::parse_strategy(item));
     }
-    if (strategies.empty()) strategies.push_back(fsdp::parse_strategy(d.get_string("parallel.strategy")));
+    if (strategies.empty()) strategies.push_back(train::strategy_from_deck(d));
     base = train::model_spec_from_deck(d);
     bp = train::plan_batches(d, rt.size());
-    if (!a.memory_limit.empty()) limit = train::parse_bytes(a.memory_limit, "--memory-limit");
+    if (!a.memory_limit.empty()) limit = plan::parse_bytes(a.memory_limit, "--memory-limit");
   });
   optim::KokkosScope kokkos;
   train::install_alloc_tracker();
@@ -93,7 +87,7 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
   if (limit == 0) {
     // Default: 80% of the memory available now, shared by the ranks of each host.
     const int local_size = runtime::real_host_ranks(rt.world()).size;
-    long long mine = static_cast<long long>(0.8 * mem_available_bytes() / local_size), least = 0;
+    long long mine = static_cast<long long>(0.8 * read_host_memory().available_bytes / local_size), least = 0;
     ST_MPI_CHECK(MPI_Allreduce(&mine, &least, 1, MPI_LONG_LONG, MPI_MIN, rt.world()));
     limit = least;
   }
@@ -104,7 +98,7 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
     std::printf("# shardtrain maxbatch: %s %lld x %lld (%s), %d ranks, limit %s per rank (tensor bytes + optimizer "
                 "state, counted by the program's allocator), %d step%s per probe; varying %s\n",
                 base.arch.c_str(), static_cast<long long>(base.n_layers), static_cast<long long>(base.d_model),
-                vary_layers ? "layers varied" : "deck's depth", rt.size(), train::format_bytes(limit).c_str(), a.steps,
+                vary_layers ? "layers varied" : "deck's depth", rt.size(), plan::format_bytes(limit).c_str(), a.steps,
                 a.steps > 1 ? "s" : "", what);
     std::fflush(stdout);
   }
@@ -119,20 +113,20 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
     Row row;
     row.strategy = st;
     // The planner's answer, by the same search (cheap: no steps).
-    train::PlanSettings ps;
+    plan::PlanSettings ps;
     runtime::run_agreed(rt.world(), [&] { ps = train::plan_settings_from_deck(d, rt.size(), rph); });
     ps.threads = threads;
     auto planned_fits = [&](int64_t v) {
-      train::PlanSettings q = ps;
+      plan::PlanSettings q = ps;
       q.spec = spec_for(v);
       if (!vary_layers) q.micro_batch = v;
-      return train::plan_strategy(q, st).mem.total <= limit;
+      return plan::plan_strategy(q, st).mem.total <= limit;
     };
     auto planned_peak = [&](int64_t v) {
-      train::PlanSettings q = ps;
+      plan::PlanSettings q = ps;
       q.spec = spec_for(v);
       if (!vary_layers) q.micro_batch = v;
-      return train::plan_strategy(q, st).mem.total;
+      return plan::plan_strategy(q, st).mem.total;
     };
     row.planned_best = largest_fitting(planned_fits, 0, 0, a.max_value);
 
@@ -148,8 +142,8 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
       ++row.probes;
       if (rt.rank() == 0) {
         std::printf("probe %-18s %s %5lld: peak %11s (planned %11s), step %7.2f s -> %s\n", fsdp::to_string(st), what,
-                    static_cast<long long>(v), train::format_bytes(r.peak_bytes).c_str(),
-                    train::format_bytes(planned_peak(v)).c_str(), r.step_s, r.fits ? "fits" : "over the limit");
+                    static_cast<long long>(v), plan::format_bytes(r.peak_bytes).c_str(),
+                    plan::format_bytes(planned_peak(v)).c_str(), r.step_s, r.fits ? "fits" : "over the limit");
         std::fflush(stdout);
       }
       if (r.fits && v > row.best) {
@@ -212,7 +206,7 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
       std::printf("| %s | %d | %s | %s | %s | %s | %lld | %d |\n", fsdp::to_string(r.strategy), rt.size(), model,
                   a.plan_only ? "-" : r.best > 0 ? std::to_string(r.best).c_str() : "OOM",
                   r.best > 0 ? std::to_string(r.at_best.step_s).substr(0, 5).c_str() : "-",
-                  r.best > 0 ? train::format_bytes(r.at_best.peak_bytes).c_str() : "-",
+                  r.best > 0 ? plan::format_bytes(r.at_best.peak_bytes).c_str() : "-",
                   static_cast<long long>(r.planned_best), r.probes);
     }
     std::printf("\n");
@@ -256,5 +250,5 @@ void add_maxbatch(CLI::App& app, CommandFn& selected) {
 }
 
 }  // namespace
-ST_REGISTER_COMMAND(maxbatch, add_maxbatch);
+ST_REGISTER_COMMAND_NEEDS(maxbatch, "maxbatch", add_maxbatch, computing());
 }  // namespace shardtrain::cli

@@ -13,7 +13,10 @@
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/topology.h"
 #include "shardtrain/train/alloc_tracker.h"
-#include "shardtrain/train/memory_plan.h"
+#include "shardtrain/plan/bytes.h"
+#include "shardtrain/plan/strategy_plan.h"
+#include "shardtrain/plan/tables.h"
+#include "shardtrain/train/plan_settings.h"
 #include "shardtrain/train/peak_flops.h"
 #include "shardtrain/train/probe.h"
 #include "shardtrain/train/setup.h"
@@ -29,12 +32,12 @@ struct PlanArgs {
   std::string device_memory = "80GiB";
   std::string inter_host_weight = "8";
   double compute_tflops = 0;  // 0: measure a matmul here
-  double intra_busbw = train::StepTimeSettings{}.intra_busbw_gbps;
-  double latency_us = train::StepTimeSettings{}.latency_us;
+  double intra_busbw = plan::StepTimeSettings{}.intra_busbw_gbps;
+  double latency_us = plan::StepTimeSettings{}.latency_us;
   int cores_per_host = 0;     // 0: this machine's cores
   std::string link_core_weight = "1", sync_us = "0";         // rings across the links
   std::string intra_core_weight = "1", intra_sync_us = "0";  // rings inside hosts
-  double optimizer_ns = train::StepTimeSettings{}.optimizer_ns_per_param;
+  double optimizer_ns = plan::StepTimeSettings{}.optimizer_ns_per_param;
   bool measure = false;
   std::vector<std::string> strategies;
   int steps = 2;
@@ -75,7 +78,7 @@ std::vector<double> parse_numbers(const std::string& flag, const std::string& te
 
 // --inter-host-weight W[,W2,W3...]: W for one ring edge on a host's link, W2 for each of 2 edges
 // sharing it at once, ... (measured: perf/cluster/run.sh; docs/memory-planner.md).
-void parse_link_weights(const std::string& text, train::PlanSettings* ps) {
+void parse_link_weights(const std::string& text, plan::PlanSettings* ps) {
   const std::vector<double> w = parse_numbers(
       "--inter-host-weight", text, 1e-6, 1e6,
       "comma-separated numbers (W for one ring edge on a host's link, then W2 for each of 2 edges sharing it, ...)");
@@ -94,7 +97,7 @@ std::array<double, 3> parse_per_op(const std::string& flag, const std::string& t
 
 int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
   deck::Deck d = load_deck_agreed(a.deck, rt.world());
-  train::PlanSettings ps;
+  plan::PlanSettings ps;
   int64_t device_bytes = 0;
   std::vector<fsdp::Strategy> wanted;
   runtime::run_agreed(rt.world(), [&] {
@@ -104,7 +107,7 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     ST_USER_CHECK(!a.measure || ranks == rt.size(), "plan --measure runs real steps on this job's ranks: --ranks ",
                   ranks, " must equal the number of MPI ranks (", rt.size(), ")");
     ST_USER_CHECK(rph >= 1 && ranks % rph == 0, "--ranks-per-host ", rph, " must divide --ranks ", ranks);
-    device_bytes = train::parse_bytes(a.device_memory, "--device-memory");
+    device_bytes = plan::parse_bytes(a.device_memory, "--device-memory");
     ps = train::plan_settings_from_deck(d, ranks, rph);
     // The planner counts in int64 bytes: a deck beyond 2^62 bytes per rank cannot run on any
     // machine, and its plan would wrap.
@@ -148,16 +151,16 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
                   std::max(1, ps.threads), ps.threads > 1 ? "s" : "");
     ps.step.compute_source = src;
   }
-  std::vector<train::StrategyPlan> plans;
+  std::vector<plan::StrategyPlan> plans;
   runtime::run_agreed(rt.world(), [&] {
     if (wanted.empty()) {
-      plans = train::plan_all(ps);
+      plans = plan::plan_all(ps);
     } else {
-      for (fsdp::Strategy s : wanted) plans.push_back(train::plan_strategy(ps, s));
+      for (fsdp::Strategy s : wanted) plans.push_back(plan::plan_strategy(ps, s));
     }
   });
   if (rt.rank() == 0) {
-    std::fputs(train::format_plan(ps, plans, device_bytes).c_str(), stdout);
+    std::fputs(plan::format_plan(ps, plans, device_bytes).c_str(), stdout);
     std::fflush(stdout);
   }
   if (!a.measure) return kExitOk;
@@ -190,7 +193,7 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     worst = std::max(worst, std::fabs(err));
     if (rt.rank() == 0) {
       std::printf("%-20s %14s %14s %+8.1f%%  %-28s %9.3f %9.3f\n", fsdp::to_string(p.strategy),
-                  train::format_bytes(p.mem.total).c_str(), train::format_bytes(r.peak_bytes).c_str(), 100 * err,
+                  plan::format_bytes(p.mem.total).c_str(), plan::format_bytes(r.peak_bytes).c_str(), 100 * err,
                   p.mem.peak_at.c_str(), r.step_s, p.step.step_s());
       std::printf("PLAN_VS_MEASURED strategy=%s planned=%lld measured=%lld\n", fsdp::to_string(p.strategy),
                   static_cast<long long>(p.mem.total), static_cast<long long>(r.peak_bytes));
@@ -287,5 +290,5 @@ void add_plan(CLI::App& app, CommandFn& selected) {
 }
 
 }  // namespace
-ST_REGISTER_COMMAND(plan, add_plan);
+ST_REGISTER_COMMAND_NEEDS(plan, "plan", add_plan, computing_with("--measure"));
 }  // namespace shardtrain::cli

@@ -16,5 +16,9 @@ void add_train(CLI::App& app, CommandFn& selected) {
   });
 }
 }  // namespace
-ST_REGISTER_COMMAND(train, add_train);
+ST_REGISTER_COMMAND_NEEDS(train, "train", add_train, [] {
+  CommandNeeds n = computing();
+  n.early_stop_signals = true;
+  return n;
+}());
 }  // namespace shardtrain::cli

@@ -2,6 +2,7 @@
 #include "command.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/util/error.h"
@@ -9,18 +10,36 @@
 
 namespace shardtrain::cli {
 namespace {
-std::vector<std::pair<std::string, AddCommandFn>>& registry() {
-  static std::vector<std::pair<std::string, AddCommandFn>> r;
+std::vector<RegisteredCommand>& registry() {
+  static std::vector<RegisteredCommand> r;
   return r;
 }
 }  // namespace
 
-CommandRegistration::CommandRegistration(const char* name, AddCommandFn add) {
+CommandRegistration::CommandRegistration(const char* word, AddCommandFn add, CommandNeeds needs) {
   auto& r = registry();
-  r.emplace_back(name, add);
-  std::sort(r.begin(), r.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  r.push_back({word, add, needs});
+  std::stable_sort(r.begin(), r.end(), [](auto& a, auto& b) { return a.word < b.word; });
 }
-const std::vector<std::pair<std::string, AddCommandFn>>& registered_commands() { return registry(); }
+const std::vector<RegisteredCommand>& registered_commands() { return registry(); }
+
+CommandBeforeMpi command_before_mpi(int argc, char** argv) {
+  CommandBeforeMpi c;
+  for (int i = 1; i < argc && c.word.empty(); ++i)
+    if (argv[i][0] != '-') c.word = argv[i];
+  auto on_argv = [&](const char* flag) {
+    for (int i = 1; i < argc; ++i)
+      if (std::strcmp(argv[i], flag) == 0) return true;
+    return false;
+  };
+  for (const RegisteredCommand& r : registry()) {
+    if (r.word != c.word) continue;
+    c.computes = c.computes || r.needs.computes || (r.needs.computes_with && on_argv(r.needs.computes_with));
+    c.prints_kernel = c.prints_kernel || r.needs.prints_kernel;
+    c.early_stop_signals = c.early_stop_signals || r.needs.early_stop_signals;
+  }
+  return c;
+}
 
 void add_deck_args(CLI::App* sub, DeckArgs& args, bool deck_required) {
   auto* opt = sub->add_option("deck", args.path, "Input deck (TOML); see docs/deck-reference.md");

@@ -16,13 +16,44 @@ using CommandFn = std::function<int(runtime::Runtime&)>;
 // Adds a subcommand to `app`; its callback stores the function to run into `selected`.
 using AddCommandFn = void (*)(CLI::App& app, CommandFn& selected);
 
-struct CommandRegistration {
-  CommandRegistration(const char* name, AddCommandFn add);
+// What a command needs before MPI starts, declared where it registers: main() finds the command
+// word on the command line (command_before_mpi) before CLI11 parses anything.
+struct CommandNeeds {
+  // Runs matmuls: the best GEMM kernel the CPU has is selected before MPI_Init and the first BLAS
+  // call (runtime/blas_kernel.h). `computes_with`: only when this flag is given (plan --measure).
+  bool computes = false;
+  const char* computes_with = nullptr;
+  bool prints_kernel = false;       // the command reports the kernel itself (info): no start-up line
+  bool early_stop_signals = false;  // SIGUSR1/SIGTERM recorded from the first instruction (train)
 };
-const std::vector<std::pair<std::string, AddCommandFn>>& registered_commands();
+inline CommandNeeds computing() { return CommandNeeds{true, nullptr, false, false}; }
+inline CommandNeeds computing_with(const char* flag) { return CommandNeeds{false, flag, false, false}; }
 
+struct RegisteredCommand {
+  std::string word;  // the subcommand as typed ("bench" for every bench command)
+  AddCommandFn add;
+  CommandNeeds needs;
+};
+struct CommandRegistration {
+  CommandRegistration(const char* word, AddCommandFn add, CommandNeeds needs = {});
+};
+// Sorted by word (the order CLI11 lists them in).
+const std::vector<RegisteredCommand>& registered_commands();
+
+// The command on argv (its first word that is not a flag) and what it needs before MPI starts.
+struct CommandBeforeMpi {
+  std::string word;                 // "" when there is none
+  bool computes = false;            // CommandNeeds::computes, or its computes_with flag is on argv
+  bool prints_kernel = false;
+  bool early_stop_signals = false;
+};
+CommandBeforeMpi command_before_mpi(int argc, char** argv);
+
+// name: a unique identifier of the registration; word: the subcommand it adds.
 #define ST_REGISTER_COMMAND(name, fn) \
   static ::shardtrain::cli::CommandRegistration st_register_##name(#name, fn)
+#define ST_REGISTER_COMMAND_NEEDS(name, word, fn, needs) \
+  static ::shardtrain::cli::CommandRegistration st_register_##name(word, fn, needs)
 
 // The deck arguments shared by subcommands that read a deck.
 struct DeckArgs {

@@ -3,7 +3,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "command.h"
 #include "shardtrain/runtime/blas_kernel.h"
@@ -28,23 +27,14 @@ void announce_ready(const runtime::Runtime& rt) {
 
 int main(int argc, char** argv) {
   int code = kExitOk;
-  // `train`: record SIGUSR1/SIGTERM from the first instruction on. A batch system's stop signal
-  // that lands during MPI start-up or deck loading must become "checkpoint at the first step
-  // boundary, exit 42", not the default action (killing the rank, which kills the job).
-  const char* command = "";
-  bool measure = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--measure") == 0) measure = true;
-    if (argv[i][0] == '-' || *command) continue;
-    command = argv[i];
-    if (std::strcmp(argv[i], "train") == 0) train::install_stop_signal_handlers();
-  }
-  // The commands that compute run on the best GEMM kernel the CPU has: before MPI_Init and the
-  // first BLAS call, this may switch OpenBLAS to a better core (blas_kernel.h).
-  bool computes = false;
-  for (const char* c : {"train", "maxbatch", "bench", "info"}) computes = computes || std::strcmp(command, c) == 0;
-  computes = computes || (std::strcmp(command, "plan") == 0 && measure);
-  if (computes) runtime::select_blas_kernel();
+  // What the command needs before MPI starts, as it declared when it registered (command.h).
+  // A stop signal to `train` that lands during MPI start-up or deck loading must become
+  // "checkpoint at the first step boundary, exit 42", not the default action (killing the rank,
+  // which kills the job); the commands that compute run on the best GEMM kernel the CPU has,
+  // chosen before MPI_Init and the first BLAS call (blas_kernel.h).
+  const cli::CommandBeforeMpi command = cli::command_before_mpi(argc, argv);
+  if (command.early_stop_signals) train::install_stop_signal_handlers();
+  if (command.computes) runtime::select_blas_kernel();
   try {
     runtime::Runtime rt(&argc, &argv);
     CLI::App app{"shardtrain: fully sharded data-parallel training (FSDP / ZeRO-3, hybrid "
@@ -53,15 +43,15 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", std::string("shardtrain ") + SHARDTRAIN_VERSION);
     // `train` under jobscripts/run-training.sh: every rank is in MPI, so every rank's stop
     // handler is installed; rank 0 says so (the script holds a stop signal until then).
-    if (std::strcmp(command, "train") == 0 && std::getenv("SHARDTRAIN_READY_FILE")) announce_ready(rt);
-    if (computes) {
+    if (command.early_stop_signals && std::getenv("SHARDTRAIN_READY_FILE")) announce_ready(rt);
+    if (command.computes) {
       const runtime::BlasKernel& k = runtime::blas_kernel();
-      if (std::strcmp(command, "info") != 0) log::info(k.line());
+      if (!command.prints_kernel) log::info(k.line());
       if (!k.accurate) log::warn("the BLAS kernel failed its fp64 check: " + k.line());
     }
     train::register_model_choices();  // before any deck is read
     cli::CommandFn selected;
-    for (auto& [name, add] : cli::registered_commands()) add(app, selected);
+    for (const cli::RegisteredCommand& c : cli::registered_commands()) c.add(app, selected);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -148,13 +148,13 @@ std::vector<KeySpec> build_schema() {
     Str("fsdp.reduce_dtype", "fp32", "dtype in which gradients are reduced").one_of(kDtypes),
     Str("fsdp.buffer_dtype", "fp32", "dtype of module buffers").one_of(kDtypes),
     Str("fsdp.wrap", "block", "which modules become FSDP units: each block, by size, or the whole model")
-        .one_of({"block", "size", "none"}),
+        .one_of(choices::as_list(choices::kWrapPolicies)),
     Int("fsdp.min_num_params", 100000000, "wrap = size: smallest module that becomes its own unit")
         .at_least(1).unit("params"),
     List("fsdp.keep_fp32", {"norm", "ln_"}, "parameter-name patterns kept in fp32 under mixed precision"),
     List("fsdp.ignored_params", {}, "parameter-name patterns left unsharded (replicated, all-reduced like DDP)"),
     Str("fsdp.backward_prefetch", "pre", "when backward gathers the next unit: before or after the current gradient")
-        .one_of({"pre", "post", "none"}),
+        .one_of(choices::as_list(choices::kBackwardPrefetch)),
     Bool("fsdp.forward_prefetch", false, "gather the next unit while the current one runs forward"),
     Int("fsdp.limit_all_gathers", 2, "all-gathers in flight at most (bounds unsharded memory)")
         .at_least(1).at_most(1024).unit("all-gathers"),
@@ -187,7 +187,7 @@ std::vector<KeySpec> build_schema() {
         .above(0),
 
     // [optimizer]
-    Str("optimizer.name", "adamw", "optimizer").one_of({"adamw", "sgd"}),
+    Str("optimizer.name", "adamw", "optimizer").one_of(choices::as_list(choices::kOptimizers)),
     Float("optimizer.lr", 3e-4, "peak learning rate").above(0).at_most(1e6),
     Float("optimizer.beta1", 0.9, "adamw: first-moment decay").at_least(0).below(1),
     Float("optimizer.beta2", 0.95, "adamw: second-moment decay").at_least(0).below(1),

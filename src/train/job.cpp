@@ -17,8 +17,10 @@ ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOption
   ShardedJob j;
   fsdp::GroupOptions go;
   bool reuse_host_memory = true;
+  fsdp::Strategy deck_strategy = fsdp::Strategy::FullShard;
   runtime::run_agreed(world, [&] {
-    go.strategy = o.strategy ? *o.strategy : fsdp::parse_strategy(d.get_string("parallel.strategy"));
+    deck_strategy = strategy_from_deck(d);
+    go.strategy = o.strategy ? *o.strategy : deck_strategy;
     go.simulate_ranks_per_host =
         o.ranks_per_host >= 0 ? o.ranks_per_host : static_cast<int>(d.get_int("parallel.simulate_ranks_per_host"));
     go.shard_group_size = static_cast<int>(d.get_int("parallel.shard_group_size"));
@@ -45,15 +47,12 @@ ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOption
   j.comms = std::move(g.comms);
   j.net = model::build_model(j.spec, at::kMeta);
   runtime::run_agreed(world, [&] {
-    j.engine_options = engine_options_from_deck(d, *j.net);
+    j.engine_options = engine_options_from_deck(d, *j.net, deck_strategy);
     j.engine_options.strategy = j.strategy;
     j.engine_options.device = j.device;
     j.engine_options.host_id = j.topo.host_id;
     // A probe of another strategy than the deck's (plan, maxbatch) keeps the options it runs.
-    fsdp::Compression& c = j.engine_options.compression;
-    if (!fsdp::is_hybrid(j.strategy)) c.quantize_grads = false;
-    if (j.strategy == fsdp::Strategy::NoShard) c.quantize_weights = false;
-    if (j.strategy != fsdp::Strategy::FullShard) c.secondary_shards = false;
+    j.engine_options.compression = fsdp::supported_compression(j.strategy, j.engine_options.compression);
   });
   // bf16 products on a CPU: the faster correct path, the same on every rank (bf16_choice.h).
   if (j.engine_options.mp.param_dtype == at::kBFloat16 && j.device.is_cpu()) {

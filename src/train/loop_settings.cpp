@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/mpi_check.h"
+
 namespace shardtrain::train {
 
 TrainerSettings trainer_settings_from_deck(const deck::Deck& d) {
@@ -39,6 +42,25 @@ TrainerSettings trainer_settings_from_deck(const deck::Deck& d) {
   // flush of a large checkpoint on a slow filesystem.
   s.write_deadline_s = std::max(600.0, d.get_float("comm.timeout_s"));
   return s;
+}
+
+RunSettings run_settings_from_deck(const deck::Deck& d, const ShardedJob& job, MPI_Comm world) {
+  int rank = 0, size = 1;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  ST_MPI_CHECK(MPI_Comm_size(world, &size));
+  RunSettings r;
+  runtime::run_agreed(world, [&] {
+    r.leaves = plan_leaves(d, size, rank, job.comms.shard ? job.comms.shard->size() : 1,
+                           job.comms.world && job.comms.world->backend() == comm::Backend::Nccl);
+    r.batch = plan_batches(d, size);
+    check_fits_host_memory(d, job.spec, r.batch, world, job.device.is_cpu());
+    r.schedule = lr_schedule_from_deck(d, &r.schedule_note);
+    r.optimizer = optimizer_config_from_deck(d);
+    r.loop = trainer_settings_from_deck(d);
+    if (d.is_set("data.tokenizer")) r.data_keys.tokenizer = d.get_string("data.tokenizer");
+    if (d.is_set("data.val_fraction")) r.data_keys.val_fraction = d.get_float("data.val_fraction");
+  });
+  return r;
 }
 
 }  // namespace shardtrain::train

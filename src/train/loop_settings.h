@@ -3,8 +3,16 @@
 #include <cstdint>
 #include <string>
 
+#include <mpi.h>
+
+#include "data_source.h"
 #include "divergence.h"
 #include "shardtrain/deck/deck.h"
+#include "shardtrain/fsdp/sharded_optimizer.h"
+#include "shardtrain/optim/lr_schedule.h"
+#include "shardtrain/train/job.h"
+#include "shardtrain/train/leaf_plan.h"
+#include "shardtrain/train/setup.h"
 
 namespace shardtrain::train {
 
@@ -37,5 +45,20 @@ struct TrainerSettings {
 };
 
 TrainerSettings trainer_settings_from_deck(const deck::Deck& d);
+
+// Everything `train` reads from the deck besides what open_sharded_job read: built once, before
+// anything is written, and handed down (no component reads a key after it).
+struct RunSettings {
+  TrainerSettings loop;
+  BatchPlan batch;                  // with leaves.on: leaves.per_rank micro-batches per rank
+  LeafPlan leaves;                  // train.reproducible
+  optim::LrSchedule schedule;
+  std::string schedule_note;        // a warmup scaled to the run (lr_schedule_from_deck), printed once
+  fsdp::OptimizerConfig optimizer;
+  DataKeys data_keys;               // what a token dataset is checked against
+};
+// Collective over world (one agreement; check_fits_host_memory: a huge seq_len or micro_batch is
+// exit 2 here, not a bad_alloc later).
+RunSettings run_settings_from_deck(const deck::Deck& d, const ShardedJob& job, MPI_Comm world);
 
 }  // namespace shardtrain::train

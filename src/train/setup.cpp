@@ -8,14 +8,15 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "shardtrain/model/hf_config.h"
+#include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
+#include "shardtrain/util/memory.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::train {
@@ -150,17 +151,20 @@ model::ModelSpec model_spec_from_deck(const deck::Deck& d) {
   return model::resolve_spec(s);
 }
 
-fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::Model& m) {
+fsdp::Strategy strategy_from_deck(const deck::Deck& d) { return fsdp::parse_strategy(d.get_string("parallel.strategy")); }
+
+fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::Model& m, fsdp::Strategy deck_strategy) {
   fsdp::EngineOptions o;
-  o.strategy = fsdp::parse_strategy(d.get_string("parallel.strategy"));
+  o.strategy = deck_strategy;
   o.mp.param_dtype = fsdp::parse_dtype(d.get_string("fsdp.param_dtype"));
   o.mp.reduce_dtype = fsdp::parse_dtype(d.get_string("fsdp.reduce_dtype"));
   o.mp.buffer_dtype = fsdp::parse_dtype(d.get_string("fsdp.buffer_dtype"));
   o.mp.keep_fp32 = d.get_string_list("fsdp.keep_fp32");
   o.reproducible = d.get_bool("train.reproducible");
-  const std::string wrap = d.get_string("fsdp.wrap");
-  if (wrap == "block") o.wrap_types = m.block_types();
-  if (wrap == "size") o.min_num_params = d.get_int("fsdp.min_num_params");
+  enum class Wrap { Block, Size, None };  // choices::kWrapPolicies' order; None: the whole model one unit
+  const auto wrap = static_cast<Wrap>(choices::index_of(choices::kWrapPolicies, d.get_string("fsdp.wrap")));
+  if (wrap == Wrap::Block) o.wrap_types = m.block_types();
+  if (wrap == Wrap::Size) o.min_num_params = d.get_int("fsdp.min_num_params");
   o.ignored = d.get_string_list("fsdp.ignored_params");
   o.backward_prefetch = fsdp::parse_backward_prefetch(d.get_string("fsdp.backward_prefetch"));
   o.forward_prefetch = d.get_bool("fsdp.forward_prefetch");
@@ -215,22 +219,6 @@ optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d, std::string* note) 
 
 namespace {
 
-// Physical memory of this host (MemTotal), or the cgroup's limit when that is lower.
-double host_memory_bytes() {
-  double total = 0;
-  std::ifstream f("/proc/meminfo");
-  for (std::string line; std::getline(f, line);) {
-    long long kb = 0;
-    if (std::sscanf(line.c_str(), "MemTotal: %lld kB", &kb) == 1) total = 1024.0 * static_cast<double>(kb);
-  }
-  for (const char* cg : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    std::ifstream c(cg);
-    double limit = 0;
-    if (c >> limit && limit > 0 && (total <= 0 || limit < total)) total = limit;
-  }
-  return total;
-}
-
 std::string gib(double b) {
   char s[64];
   std::snprintf(s, sizeof s, b >= 1024.0 * 1024 * 1024 * 1024 ? "%.3g TiB" : "%.3g GiB",
@@ -262,7 +250,7 @@ void check_fits_host_memory(const deck::Deck& d, const model::ModelSpec& spec, c
   const int local_size = runtime::real_host_ranks(world).size;
   int world_size = 1;
   ST_MPI_CHECK(MPI_Comm_size(world, &world_size));
-  const double host = host_memory_bytes();
+  const double host = read_host_memory().total_bytes;
   if (host <= 0 || !device_is_cpu) return;  // device memory is not known here
   const double per_rank = host / std::max(1, local_size);
   // Lower bounds only (doubles: nothing wraps), so a run that fits is never refused: the fp32

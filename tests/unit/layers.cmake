@@ -23,3 +23,7 @@ shardtrain_layer_check(layers_model_includes_fsdp_hook shardtrain::model shardtr
 shardtrain_layer_check(layers_util_cannot_include_deck shardtrain::util shardtrain/deck/deck.h fails)
 # fsdp depends on comm (control: the same kind of include compiles along a declared edge).
 shardtrain_layer_check(layers_fsdp_includes_comm shardtrain::fsdp shardtrain/comm/comm.h compiles)
+# plan (the planner) asks fsdp and model for their rules; it reads no deck and knows no trainer.
+shardtrain_layer_check(layers_plan_cannot_include_train shardtrain::plan shardtrain/train/setup.h fails)
+shardtrain_layer_check(layers_plan_cannot_include_deck shardtrain::plan shardtrain/deck/deck.h fails)
+shardtrain_layer_check(layers_plan_includes_fsdp_wrap shardtrain::plan shardtrain/fsdp/wrap.h compiles)

@@ -10,13 +10,16 @@
 #include "shardtrain/fsdp/wrap.h"
 #include "shardtrain/model/model.h"
 #include "shardtrain/deck/deck.h"
-#include "shardtrain/train/memory_plan.h"
+#include "shardtrain/plan/bytes.h"
+#include "shardtrain/plan/strategy_plan.h"
+#include "shardtrain/plan/tables.h"
+#include "shardtrain/train/plan_settings.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 
 using namespace shardtrain;
-using train::PlanSettings;
-using train::StrategyPlan;
+using plan::PlanSettings;
+using plan::StrategyPlan;
 
 namespace {
 
@@ -77,21 +80,21 @@ TEST(MemoryPlan, MixedPrecisionSplitsNormsIntoAnFp32Flat) {
 TEST(MemoryPlan, FullShardStateIs16PsiOverN) {
   for (int n : {1, 2, 4}) {
     PlanSettings ps = gpt2(n, n);
-    StrategyPlan p = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+    StrategyPlan p = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
     EXPECT_EQ(p.shard_size, n);
     EXPECT_EQ(p.mem.params + p.mem.grads + p.mem.optim, 16 * psi(ps) / n) << n << " ranks";
     EXPECT_EQ(p.mem.optim, 8 * psi(ps) / n);
   }
   // no_shard keeps 16 Psi on every rank; fp32 parameters alias the masters: no buffers.
   PlanSettings ps = gpt2(4, 4);
-  StrategyPlan ns = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  StrategyPlan ns = plan::plan_strategy(ps, fsdp::Strategy::NoShard);
   EXPECT_EQ(ns.mem.state(), 16 * psi(ps));
   EXPECT_EQ(ns.mem_no_recompute.unsharded, 0);
   EXPECT_EQ(ns.mem_no_recompute.grad_buffers, 0);
   // SGD without momentum has no state.
   ps.optimizer = "sgd";
   ps.sgd_momentum = 0;
-  EXPECT_EQ(train::plan_strategy(ps, fsdp::Strategy::FullShard).mem.optim, 0);
+  EXPECT_EQ(plan::plan_strategy(ps, fsdp::Strategy::FullShard).mem.optim, 0);
 }
 
 TEST(MemoryPlan, PaddingRoundsEveryFlatUpToTheGroupSize) {
@@ -101,7 +104,7 @@ TEST(MemoryPlan, PaddingRoundsEveryFlatUpToTheGroupSize) {
   ps.spec.n_heads = 3;
   ps.spec.n_kv_heads = 0;
   ps.spec = model::resolve_spec(ps.spec);
-  StrategyPlan p = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  StrategyPlan p = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
   int64_t padded = 0;
   for (const auto& u : p.units)
     for (const auto& f : u.flats) {
@@ -120,8 +123,8 @@ TEST(MemoryPlan, UnshardedBuffersFollowTheStrategy) {
   const int64_t root = units[0].numel() * 4, block = units[1].numel() * 4;
   // ZeRO-3 at the last block's backward: root + the block + the prefetched one; gradient
   // buffers for the root and the block.
-  StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
-  StrategyPlan sgo = train::plan_strategy(ps, fsdp::Strategy::ShardGradOp);
+  StrategyPlan fs = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+  StrategyPlan sgo = plan::plan_strategy(ps, fsdp::Strategy::ShardGradOp);
   ASSERT_EQ(fs.mem.peak_at, "last block backward");
   EXPECT_EQ(fs.mem.unsharded, root + 2 * block);
   EXPECT_EQ(fs.mem.grad_buffers, root + block);
@@ -135,18 +138,18 @@ TEST(MemoryPlan, CommunicationVolumes) {
   PlanSettings ps = gpt2(4, 2);  // 2 hosts of 2
   auto units = layout(ps);
   const double root = units[0].numel(), blocks = psi(ps) - root, all = psi(ps);
-  StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  StrategyPlan fs = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
   EXPECT_EQ(fs.comm.all_gather, static_cast<int64_t>(0.75 * (root + 2 * blocks) * 4));
   EXPECT_EQ(fs.comm.reduce_scatter, static_cast<int64_t>(0.75 * all * 4));
   EXPECT_EQ(fs.comm.all_reduce, 0);
   EXPECT_EQ(fs.comm.inter_host, fs.comm.total());  // the shard group spans both hosts
-  StrategyPlan sgo = train::plan_strategy(ps, fsdp::Strategy::ShardGradOp);
+  StrategyPlan sgo = plan::plan_strategy(ps, fsdp::Strategy::ShardGradOp);
   EXPECT_EQ(sgo.comm.all_gather, static_cast<int64_t>(0.75 * all * 4));
-  StrategyPlan ns = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  StrategyPlan ns = plan::plan_strategy(ps, fsdp::Strategy::NoShard);
   EXPECT_EQ(ns.comm.all_reduce, static_cast<int64_t>(1.5 * all * 4));  // 2(N-1)/N
   EXPECT_EQ(ns.comm.all_gather + ns.comm.reduce_scatter, 0);
   // Hybrid: shard inside a host (intra), average across the 2 replicas (inter).
-  StrategyPlan hs = train::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  StrategyPlan hs = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
   EXPECT_EQ(hs.shard_size, 2);
   EXPECT_EQ(hs.replicate_size, 2);
   EXPECT_EQ(hs.comm.all_gather, static_cast<int64_t>(0.5 * (root + 2 * blocks) * 4));
@@ -160,10 +163,10 @@ TEST(MemoryPlan, CommunicationVolumes) {
   EXPECT_NEAR(ns.comm.inter_host_link, ns.comm.all_reduce, 2);
   EXPECT_NEAR(hs.comm.inter_host_link, 2 * hs.comm.all_reduce, 2);
   // On one host nothing crosses a link.
-  EXPECT_EQ(train::plan_strategy(gpt2(4, 4), fsdp::Strategy::FullShard).comm.inter_host_link, 0);
+  EXPECT_EQ(plan::plan_strategy(gpt2(4, 4), fsdp::Strategy::FullShard).comm.inter_host_link, 0);
   // Gradient accumulation multiplies the per-micro-batch collectives only.
   ps.grad_accum = 3;
-  StrategyPlan hs3 = train::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  StrategyPlan hs3 = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
   EXPECT_NEAR(hs3.comm.all_gather, 3.0 * hs.comm.all_gather, 3);
   EXPECT_EQ(hs3.comm.all_reduce, hs.comm.all_reduce);
 }
@@ -179,7 +182,7 @@ TEST(MemoryPlan, SavedActivationsOfAGpt2Block) {
   s.n_heads = 4;
   s.n_layers = 2;
   fsdp::MixedPrecision mp;
-  train::ActivationBytes a = train::activation_bytes(s, mp, 2);
+  plan::ActivationBytes a = plan::activation_bytes(s, mp, 2);
   const int64_t n = 256, d = 64, f = 256, attn = 2 * 4 * 128 * 128;
   EXPECT_EQ(a.block_saved, 32 * n * d + 8 * n * f + 4 * attn + 128 * 128 + 16 * n);
   // Recomputation keeps one block input per block.
@@ -192,15 +195,15 @@ TEST(MemoryPlan, RecommendsTheCheapestThatFits) {
   // This model's flats are a few KB: at the default 10 us per ring step latency decides, and
   // no_shard's one all-reduce (6 ring steps) beats the sharded strategies' per-unit collectives.
   {
-    auto plans = train::plan_all(ps);
+    auto plans = plan::plan_all(ps);
     bool rc = true;
-    EXPECT_EQ(plans[train::recommend(plans, int64_t(1) << 40, &rc)].strategy, fsdp::Strategy::NoShard);
+    EXPECT_EQ(plans[plan::recommend(plans, int64_t(1) << 40, &rc)].strategy, fsdp::Strategy::NoShard);
   }
   ps.step.latency_us = 0;  // the bytes alone
-  auto plans = train::plan_all(ps);
+  auto plans = plan::plan_all(ps);
   ASSERT_EQ(plans.size(), 5u);
   bool rc = true;
-  int best = train::recommend(plans, int64_t(1) << 40, &rc);
+  int best = plan::recommend(plans, int64_t(1) << 40, &rc);
   ASSERT_GE(best, 0);
   EXPECT_FALSE(rc);
   // hybrid_shard_zero2: intra-host sharding and a quarter-size inter-host all-reduce.
@@ -211,11 +214,11 @@ TEST(MemoryPlan, RecommendsTheCheapestThatFits) {
     if (p.strategy == fsdp::Strategy::FullShard) fs = &p;
   int64_t least = fs->mem_recompute.total;
   for (const auto& p : plans) least = std::min(least, std::min(p.mem_no_recompute.total, p.mem_recompute.total));
-  best = train::recommend(plans, least, &rc);
+  best = plan::recommend(plans, least, &rc);
   ASSERT_GE(best, 0);
-  EXPECT_EQ(train::recommend(plans, least - 1, &rc), -1);
+  EXPECT_EQ(plan::recommend(plans, least - 1, &rc), -1);
   // The report names the recommendation and draws a diagram per strategy.
-  const std::string text = train::format_plan(ps, plans, int64_t(1) << 40);
+  const std::string text = plan::format_plan(ps, plans, int64_t(1) << 40);
   EXPECT_NE(text.find("recommendation: parallel.strategy = \"hybrid_shard_zero2\""), std::string::npos) << text;
   EXPECT_NE(text.find("sharding: full_shard"), std::string::npos);
   EXPECT_NE(text.find("[0000"), std::string::npos) << text;
@@ -228,47 +231,47 @@ TEST(MemoryPlan, RecommendsTheCheapestThatFits) {
 TEST(MemoryPlan, MeasuredSharedLinkWeightPricesConcurrentRings) {
   PlanSettings ps = gpt2(4, 2);
   ps.inter_host_weight = 8;
-  EXPECT_EQ(train::link_weight(ps, 0), 1.0);
-  EXPECT_EQ(train::link_weight(ps, 1), 8.0);
-  EXPECT_EQ(train::link_weight(ps, 2), 16.0);
+  EXPECT_EQ(plan::link_weight(ps, 0), 1.0);
+  EXPECT_EQ(plan::link_weight(ps, 1), 8.0);
+  EXPECT_EQ(plan::link_weight(ps, 2), 16.0);
   ps.shared_link_weights = {40};
-  EXPECT_EQ(train::link_weight(ps, 2), 40.0);
-  EXPECT_EQ(train::link_weight(ps, 3), 24.0);  // past the list: the even split
-  const StrategyPlan hz = train::plan_strategy(ps, fsdp::Strategy::HybridShardZero2);
-  const StrategyPlan ns = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  EXPECT_EQ(plan::link_weight(ps, 2), 40.0);
+  EXPECT_EQ(plan::link_weight(ps, 3), 24.0);  // past the list: the even split
+  const StrategyPlan hz = plan::plan_strategy(ps, fsdp::Strategy::HybridShardZero2);
+  const StrategyPlan ns = plan::plan_strategy(ps, fsdp::Strategy::NoShard);
   // hybrid: the shard groups' collectives stay on the host (x 1), the replicate all-reduce's two
   // rings share host 0's link (x W2); no_shard: one world ring, one edge per link (x W).
   const double hz_want = static_cast<double>(hz.comm.all_gather + hz.comm.reduce_scatter) + 40.0 * hz.comm.all_reduce;
   EXPECT_NEAR(hz.comm_cost, hz_want, 1e-6 * hz_want + 64);
   EXPECT_NEAR(ns.comm_cost, 8.0 * ns.comm.all_reduce, 1e-6 * ns.comm_cost + 16);
   EXPECT_LT(ns.comm_cost, hz.comm_cost);
-  auto plans = train::plan_all(ps);
+  auto plans = plan::plan_all(ps);
   bool rc = true;
-  const int best = train::recommend(plans, int64_t(1) << 40, &rc);
+  const int best = plan::recommend(plans, int64_t(1) << 40, &rc);
   ASSERT_GE(best, 0);
   EXPECT_FALSE(fsdp::is_hybrid(plans[best].strategy)) << fsdp::to_string(plans[best].strategy);
   // With the even split (W2 = 2 W = 16) hybrid_shard_zero2 is the cheaper (RecommendsTheCheapestThatFits).
   ps.shared_link_weights.clear();
-  EXPECT_GT(train::plan_strategy(ps, fsdp::Strategy::NoShard).comm_cost,
-            train::plan_strategy(ps, fsdp::Strategy::HybridShardZero2).comm_cost);
+  EXPECT_GT(plan::plan_strategy(ps, fsdp::Strategy::NoShard).comm_cost,
+            plan::plan_strategy(ps, fsdp::Strategy::HybridShardZero2).comm_cost);
 }
 
 TEST(MemoryPlan, ParsesSizes) {
-  EXPECT_EQ(train::parse_bytes("80GiB", "x"), int64_t(80) << 30);
-  EXPECT_EQ(train::parse_bytes("512MiB", "x"), int64_t(512) << 20);
-  EXPECT_EQ(train::parse_bytes("2GB", "x"), int64_t(2000000000));
-  EXPECT_EQ(train::parse_bytes("1.5e9", "x"), int64_t(1500000000));
-  EXPECT_EQ(train::parse_bytes("4096", "x"), 4096);
-  EXPECT_THROW(train::parse_bytes("lots", "--device-memory"), UserError);
-  EXPECT_THROW(train::parse_bytes("3 parsecs", "--device-memory"), UserError);
-  EXPECT_THROW(train::parse_bytes("-1GiB", "--device-memory"), UserError);
+  EXPECT_EQ(plan::parse_bytes("80GiB", "x"), int64_t(80) << 30);
+  EXPECT_EQ(plan::parse_bytes("512MiB", "x"), int64_t(512) << 20);
+  EXPECT_EQ(plan::parse_bytes("2GB", "x"), int64_t(2000000000));
+  EXPECT_EQ(plan::parse_bytes("1.5e9", "x"), int64_t(1500000000));
+  EXPECT_EQ(plan::parse_bytes("4096", "x"), 4096);
+  EXPECT_THROW(plan::parse_bytes("lots", "--device-memory"), UserError);
+  EXPECT_THROW(plan::parse_bytes("3 parsecs", "--device-memory"), UserError);
+  EXPECT_THROW(plan::parse_bytes("-1GiB", "--device-memory"), UserError);
 }
 
 TEST(MemoryPlan, CpuOffloadKeepsTheStateOutOfTheDevicePeak) {
   PlanSettings ps = gpt2(1, 1);
-  StrategyPlan resident = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  StrategyPlan resident = plan::plan_strategy(ps, fsdp::Strategy::NoShard);
   ps.engine.cpu_offload = true;
-  StrategyPlan off = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  StrategyPlan off = plan::plan_strategy(ps, fsdp::Strategy::NoShard);
   EXPECT_TRUE(off.mem.state_on_host);
   EXPECT_EQ(off.mem.state(), resident.mem.state());  // same shards, in host memory
   // The master no longer doubles as the compute buffer: an unsharded copy on the device.
@@ -314,7 +317,7 @@ TEST(MemoryPlan, QuantizedCollectivesAndSecondaryShards) {
   PlanSettings ps = gpt2(4, 2);
   ps.engine.compression.block = 64;
   ps.engine.compression.guard_every = 0;  // no amortised exact collectives in the numbers
-  StrategyPlan h = train::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  StrategyPlan h = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
   // Plain: the replica all-reduce of fp32 shards (2 replicas: 2(R-1)/R = 1 shard each).
   int64_t shard_fp32 = 0, packed = 0;
   for (const auto& u : h.units)
@@ -328,12 +331,12 @@ TEST(MemoryPlan, QuantizedCollectivesAndSecondaryShards) {
   EXPECT_EQ(h.inter_host_hpz, -1);                  // not a hybrid option
   EXPECT_LT(static_cast<double>(h.inter_host_all), 0.27 * static_cast<double>(h.inter_host_plain));
 
-  StrategyPlan f = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  StrategyPlan f = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
   EXPECT_EQ(f.inter_host_qgz, -1);
   EXPECT_LT(f.inter_host_hpz, f.inter_host_plain);
   EXPECT_LT(f.inter_host_all, f.inter_host_hpz);
   ps.engine.compression.secondary_shards = true;
-  StrategyPlan fh = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  StrategyPlan fh = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
   EXPECT_EQ(fh.comm.inter_host, f.inter_host_hpz);  // the deck's choice is what `comm` shows
   int64_t blocks = 0, block_bytes = 0;
   for (const auto& u : f.units)
@@ -391,10 +394,10 @@ PlanSettings timed(double w, double tflops = 1e-3, int cores = 0) {
   return ps;
 }
 
-double seconds_of(const PlanSettings& ps, const StrategyPlan& p, train::CollectiveKind k) {
+double seconds_of(const PlanSettings& ps, const StrategyPlan& p, plan::CollectiveKind k) {
   double t = 0;
   for (const auto& c : p.collectives)
-    if (c.kind == k) t += train::collective_seconds(ps.step, c) * (k == train::CollectiveKind::ReplicaAllReduce ? 1 : ps.grad_accum);
+    if (c.kind == k) t += plan::collective_seconds(ps.step, c) * (k == plan::CollectiveKind::ReplicaAllReduce ? 1 : ps.grad_accum);
   return t;
 }
 
@@ -405,12 +408,12 @@ double seconds_of(const PlanSettings& ps, const StrategyPlan& p, train::Collecti
 TEST(StepTime, CollectivesAreTheCountedBytes) {
   PlanSettings ps = timed(8);
   ps.grad_accum = 2;
-  for (fsdp::Strategy st : train::all_strategies()) {
-    const StrategyPlan p = train::plan_strategy(ps, st);
+  for (fsdp::Strategy st : plan::all_strategies()) {
+    const StrategyPlan p = plan::plan_strategy(ps, st);
     double ag = 0, rs = 0, ar = 0;
     for (const auto& c : p.collectives) {
-      const double n = c.kind == train::CollectiveKind::ReplicaAllReduce ? 1 : ps.grad_accum;
-      (c.kind == train::CollectiveKind::ReduceScatter ? rs : c.kind == train::CollectiveKind::ReplicaAllReduce ? ar : ag) += n * c.bytes;
+      const double n = c.kind == plan::CollectiveKind::ReplicaAllReduce ? 1 : ps.grad_accum;
+      (c.kind == plan::CollectiveKind::ReduceScatter ? rs : c.kind == plan::CollectiveKind::ReplicaAllReduce ? ar : ag) += n * c.bytes;
     }
     EXPECT_NEAR(ag, p.comm.all_gather, 2 + 1e-9 * ag) << fsdp::to_string(st);
     EXPECT_NEAR(rs, p.comm.reduce_scatter, 2 + 1e-9 * rs) << fsdp::to_string(st);
@@ -418,10 +421,10 @@ TEST(StepTime, CollectivesAreTheCountedBytes) {
   }
   const auto net = model::build_model(ps.spec, at::kMeta);
   const double want = net->train_flops_per_item() * ps.micro_batch * ps.grad_accum * ps.spec.seq_len;
-  EXPECT_DOUBLE_EQ(train::step_flops(ps, false), want);
-  EXPECT_GT(train::step_flops(ps, true), want);  // the blocks' forward again
-  EXPECT_LT(train::step_flops(ps, true), want * 4 / 3 + 1);
-  const StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  EXPECT_DOUBLE_EQ(plan::step_flops(ps, false), want);
+  EXPECT_GT(plan::step_flops(ps, true), want);  // the blocks' forward again
+  EXPECT_LT(plan::step_flops(ps, true), want * 4 / 3 + 1);
+  const StrategyPlan fs = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
   EXPECT_NEAR(fs.step.compute_s, want / 1e9, 1e-12);
   EXPECT_GT(fs.step_recompute.compute_s, fs.step_no_recompute.compute_s);
 }
@@ -433,13 +436,13 @@ TEST(StepTime, NoShardExposesItsAllReduceAndItGrowsWithTheLink) {
   double last = -1;
   for (double w : {1.0, 4.0, 16.0, 64.0}) {
     const PlanSettings ps = timed(w);
-    const StrategyPlan ns = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+    const StrategyPlan ns = plan::plan_strategy(ps, fsdp::Strategy::NoShard);
     EXPECT_FALSE(ns.step.shared_cores);
-    EXPECT_NEAR(ns.step.exposed_s, seconds_of(ps, ns, train::CollectiveKind::ReplicaAllReduce), 1e-12);
+    EXPECT_NEAR(ns.step.exposed_s, seconds_of(ps, ns, plan::CollectiveKind::ReplicaAllReduce), 1e-12);
     EXPECT_NEAR(ns.step.exposed_s, ns.step.comm_s, 1e-12);
     EXPECT_GT(ns.step.exposed_s, last);
     last = ns.step.exposed_s;
-    const StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+    const StrategyPlan fs = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
     EXPECT_LT(fs.step.exposed_s, fs.step.comm_s) << w;
     EXPECT_GT(fs.step.exposed_s, 0);
     EXPECT_NEAR(fs.step.step_s(), fs.step.compute_s + fs.step.exposed_s, 1e-15);
@@ -450,12 +453,12 @@ TEST(StepTime, NoShardExposesItsAllReduceAndItGrowsWithTheLink) {
 // forward's gathers is exposed. Backward prefetch likewise in backward (none: every gather waits).
 TEST(StepTime, PrefetchHidesGathers) {
   PlanSettings ps = timed(1);
-  const double base = train::plan_strategy(ps, fsdp::Strategy::FullShard).step.exposed_s;
+  const double base = plan::plan_strategy(ps, fsdp::Strategy::FullShard).step.exposed_s;
   ps.engine.forward_prefetch = true;
-  EXPECT_LT(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.exposed_s, base);
+  EXPECT_LT(plan::plan_strategy(ps, fsdp::Strategy::FullShard).step.exposed_s, base);
   ps.engine.forward_prefetch = false;
   ps.engine.backward_prefetch = fsdp::BackwardPrefetch::None;
-  EXPECT_GT(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.exposed_s, base);
+  EXPECT_GT(plan::plan_strategy(ps, fsdp::Strategy::FullShard).step.exposed_s, base);
 }
 
 // More threads than cores on a host: compute runs at the host's core share, and the core time of
@@ -465,8 +468,8 @@ TEST(StepTime, PrefetchHidesGathers) {
 TEST(StepTime, AnOversubscribedHostSerialisesCommAndCompute) {
   PlanSettings own_ps = timed(8, 1e-3, 2), shared_ps = timed(8, 1e-3, 1);
   shared_ps.step.link_cores.weight = {8, 8, 8};  // the link is the stack's speed: all core time
-  const StrategyPlan own = train::plan_strategy(own_ps, fsdp::Strategy::FullShard);
-  const StrategyPlan shared = train::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
+  const StrategyPlan own = plan::plan_strategy(own_ps, fsdp::Strategy::FullShard);
+  const StrategyPlan shared = plan::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
   EXPECT_FALSE(own.step.shared_cores);
   EXPECT_TRUE(shared.step.shared_cores);
   EXPECT_NEAR(shared.step.compute_s, 2 * own.step.compute_s, 1e-12);  // 2 ranks x 1 thread on 1 core
@@ -477,16 +480,16 @@ TEST(StepTime, AnOversubscribedHostSerialisesCommAndCompute) {
   // A wire 8x slower than the stack (W = 64): the core part is the same, the rest can hide.
   PlanSettings wire = shared_ps;
   wire.inter_host_weight = 64;
-  const StrategyPlan slow = train::plan_strategy(wire, fsdp::Strategy::FullShard);
+  const StrategyPlan slow = plan::plan_strategy(wire, fsdp::Strategy::FullShard);
   EXPECT_NEAR(slow.step.comm_core_s, shared.step.comm_core_s, 1e-12);
   EXPECT_LT(slow.step.exposed_s, slow.step.comm_s);
   EXPECT_GT(slow.step.exposed_s, shared.step.exposed_s);
   // The sync cost: per collective, on shared cores only.
   shared_ps.step.link_cores.sync_us = {1000, 1000, 1000};
   own_ps.step.link_cores.sync_us = {1000, 1000, 1000};
-  const StrategyPlan synced = train::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
+  const StrategyPlan synced = plan::plan_strategy(shared_ps, fsdp::Strategy::FullShard);
   EXPECT_NEAR(synced.step.comm_s - shared.step.comm_s, 1e-3 * synced.collectives.size(), 1e-9);
-  EXPECT_NEAR(train::plan_strategy(own_ps, fsdp::Strategy::FullShard).step.comm_s, own.step.comm_s, 1e-15);
+  EXPECT_NEAR(plan::plan_strategy(own_ps, fsdp::Strategy::FullShard).step.comm_s, own.step.comm_s, 1e-15);
 }
 
 // On shared cores each collective costs its sync time: no_shard's one all-reduce against the
@@ -495,9 +498,9 @@ TEST(StepTime, SyncCostPerCollectiveFavoursFewCollectives) {
   PlanSettings ps = timed(8, 1e-3, 1);
   ps.step.link_cores.weight = {8, 8, 8};
   auto pick = [](const PlanSettings& p) {
-    auto plans = train::plan_all(p);
+    auto plans = plan::plan_all(p);
     bool rc = true;
-    return plans[train::recommend(plans, int64_t(1) << 40, &rc)].strategy;
+    return plans[plan::recommend(plans, int64_t(1) << 40, &rc)].strategy;
   };
   EXPECT_NE(pick(ps), fsdp::Strategy::NoShard);
   ps.step.link_cores.sync_us = {1e4, 1e4, 1e4};
@@ -511,8 +514,8 @@ TEST(StepTime, SyncCostPerCollectiveFavoursFewCollectives) {
 // them. Sync and core weight are per op (all-gather, reduce-scatter, all-reduce).
 TEST(StepTime, CoreCostsFollowTheRingKindAndOp) {
   const PlanSettings base = timed(8, 1e-3, 1);
-  const StrategyPlan fs = train::plan_strategy(base, fsdp::Strategy::FullShard);
-  const StrategyPlan hs = train::plan_strategy(base, fsdp::Strategy::HybridShard);
+  const StrategyPlan fs = plan::plan_strategy(base, fsdp::Strategy::FullShard);
+  const StrategyPlan hs = plan::plan_strategy(base, fsdp::Strategy::HybridShard);
   int fs_cross = 0, hs_cross = 0, hs_intra = 0;
   for (const auto& c : fs.collectives) fs_cross += c.crosses_link;
   for (const auto& c : hs.collectives) (c.crosses_link ? hs_cross : hs_intra) += 1;
@@ -520,7 +523,7 @@ TEST(StepTime, CoreCostsFollowTheRingKindAndOp) {
   EXPECT_EQ(hs_cross, 1);  // the replica all-reduce
   EXPECT_EQ(hs_intra, static_cast<int>(hs.collectives.size()) - 1);
   for (const auto& c : hs.collectives)
-    EXPECT_EQ(c.crosses_link, c.kind == train::CollectiveKind::ReplicaAllReduce) << train::to_string(c.kind);
+    EXPECT_EQ(c.crosses_link, c.kind == plan::CollectiveKind::ReplicaAllReduce) << plan::to_string(c.kind);
 
   // An intra-host sync cost on the all-gathers only: hybrid_shard pays it per gather, full_shard
   // not at all; a link sync cost on the all-reduce only: hybrid_shard's one replica all-reduce.
@@ -528,35 +531,35 @@ TEST(StepTime, CoreCostsFollowTheRingKindAndOp) {
   ps.step.intra_cores.sync_us = {1000, 0, 0};
   int gathers = 0;
   for (const auto& c : hs.collectives)
-    gathers += c.kind == train::CollectiveKind::ForwardGather || c.kind == train::CollectiveKind::BackwardGather;
+    gathers += c.kind == plan::CollectiveKind::ForwardGather || c.kind == plan::CollectiveKind::BackwardGather;
   ASSERT_GT(gathers, 0);
-  EXPECT_NEAR(train::plan_strategy(ps, fsdp::Strategy::HybridShard).step.comm_s - hs.step.comm_s, 1e-3 * gathers, 1e-12);
-  EXPECT_EQ(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.comm_s, fs.step.comm_s);
+  EXPECT_NEAR(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).step.comm_s - hs.step.comm_s, 1e-3 * gathers, 1e-12);
+  EXPECT_EQ(plan::plan_strategy(ps, fsdp::Strategy::FullShard).step.comm_s, fs.step.comm_s);
   ps = base;
   ps.step.link_cores.sync_us = {0, 0, 2000};
-  EXPECT_NEAR(train::plan_strategy(ps, fsdp::Strategy::HybridShard).step.comm_s - hs.step.comm_s, 2e-3, 1e-12);
-  EXPECT_EQ(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.comm_s, fs.step.comm_s);
+  EXPECT_NEAR(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).step.comm_s - hs.step.comm_s, 2e-3, 1e-12);
+  EXPECT_EQ(plan::plan_strategy(ps, fsdp::Strategy::FullShard).step.comm_s, fs.step.comm_s);
 
   // The core weight of an intra-host ring (default 1: all of its time is core time): below 1 part
   // of it is waiting on the peer, which overlaps compute; full_shard's estimate does not move.
   EXPECT_NEAR(hs.step.comm_core_s, [&] {
     double core = 0;
     for (const auto& c : hs.collectives)
-      core += train::collective_core_seconds(base.step, c) * (c.kind == train::CollectiveKind::ReplicaAllReduce ? 1 : base.grad_accum);
+      core += plan::collective_core_seconds(base.step, c) * (c.kind == plan::CollectiveKind::ReplicaAllReduce ? 1 : base.grad_accum);
     return core;
   }(), 1e-12);
   ps = base;
   ps.step.intra_cores.weight = {0.25, 0.25, 0.25};
-  const StrategyPlan light = train::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  const StrategyPlan light = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
   EXPECT_LT(light.step.comm_core_s, hs.step.comm_core_s);
   EXPECT_EQ(light.step.comm_s, hs.step.comm_s);
   EXPECT_LE(light.step.step_s(), hs.step.step_s());
-  EXPECT_EQ(train::plan_strategy(ps, fsdp::Strategy::FullShard).step.step_s(), fs.step.step_s());
+  EXPECT_EQ(plan::plan_strategy(ps, fsdp::Strategy::FullShard).step.step_s(), fs.step.step_s());
   for (const auto& c : hs.collectives) {
     if (c.crosses_link) continue;
-    const double t = train::collective_seconds(ps.step, c, true);
+    const double t = plan::collective_seconds(ps.step, c, true);
     const double lat = ps.step.latency_us * 1e-6 * c.ring_steps;
-    EXPECT_NEAR(train::collective_core_seconds(ps.step, c), 0.25 * (t - lat), 1e-15);
+    EXPECT_NEAR(plan::collective_core_seconds(ps.step, c), 0.25 * (t - lat), 1e-15);
   }
 }
 
@@ -569,32 +572,32 @@ TEST(StepTime, RecommendationFollowsTheEstimate) {
   for (double tflops : {0.0, 1e-4, 1e-3, 1e-2}) {
     for (double w : {1.0, 8.0, 64.0}) {
       const PlanSettings ps = timed(w, tflops);
-      auto plans = train::plan_all(ps);
+      auto plans = plan::plan_all(ps);
       bool rc = true;
-      const int best = train::recommend(plans, int64_t(1) << 40, &rc);
+      const int best = plan::recommend(plans, int64_t(1) << 40, &rc);
       ASSERT_GE(best, 0);
       for (const auto& p : plans) EXPECT_LE(plans[best].step.step_s(), p.step.step_s()) << tflops << " " << w;
     }
   }
   auto pick = [](const PlanSettings& ps) {
-    auto plans = train::plan_all(ps);
+    auto plans = plan::plan_all(ps);
     bool rc = true;
-    return plans[train::recommend(plans, int64_t(1) << 40, &rc)].strategy;
+    return plans[plan::recommend(plans, int64_t(1) << 40, &rc)].strategy;
   };
   // No compute: communication alone; the least weighted bytes (hybrid_shard_zero2 at W = 8).
   EXPECT_EQ(pick(timed(8, 0)), fsdp::Strategy::HybridShardZero2);
   // Slow compute on dedicated cores: a sharded strategy hides its link traffic, no_shard cannot.
   const PlanSettings slow = timed(8, 1e-5);
   EXPECT_NE(pick(slow), fsdp::Strategy::NoShard);
-  const StrategyPlan sgo = train::plan_strategy(slow, fsdp::Strategy::ShardGradOp);
-  const StrategyPlan ns = train::plan_strategy(slow, fsdp::Strategy::NoShard);
+  const StrategyPlan sgo = plan::plan_strategy(slow, fsdp::Strategy::ShardGradOp);
+  const StrategyPlan ns = plan::plan_strategy(slow, fsdp::Strategy::NoShard);
   EXPECT_LT(sgo.step.step_s(), ns.step.step_s());
   // The same on an oversubscribed host whose link bytes are all core time: nothing hides, and
   // no_shard's one all-reduce moves the bytes shard_grad_op moves (same ring): equal.
   PlanSettings shared = timed(8, 1e-5, 1);
   shared.step.link_cores.weight = {8, 8, 8};
-  const StrategyPlan sgo1 = train::plan_strategy(shared, fsdp::Strategy::ShardGradOp);
-  const StrategyPlan ns1 = train::plan_strategy(shared, fsdp::Strategy::NoShard);
+  const StrategyPlan sgo1 = plan::plan_strategy(shared, fsdp::Strategy::ShardGradOp);
+  const StrategyPlan ns1 = plan::plan_strategy(shared, fsdp::Strategy::NoShard);
   EXPECT_NEAR(sgo1.step.step_s(), ns1.step.step_s(), 1e-9 * ns1.step.step_s());
 }
 
@@ -602,10 +605,10 @@ TEST(StepTime, RecommendationFollowsTheEstimate) {
 // no_shard's (up to the padding), and it is compute, added to the step after the last collective.
 TEST(StepTime, TheOptimizerUpdatesTheRanksShards) {
   PlanSettings ps = timed(8, 1e-3, 2);
-  const StrategyPlan base = train::plan_strategy(ps, fsdp::Strategy::FullShard);
+  const StrategyPlan base = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
   ps.step.optimizer_ns_per_param = 10;
-  const StrategyPlan fs = train::plan_strategy(ps, fsdp::Strategy::FullShard);
-  const StrategyPlan ns = train::plan_strategy(ps, fsdp::Strategy::NoShard);
+  const StrategyPlan fs = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+  const StrategyPlan ns = plan::plan_strategy(ps, fsdp::Strategy::NoShard);
   EXPECT_EQ(base.step.optimizer_s, 0.0);
   EXPECT_GT(fs.step.optimizer_s, 0.0);
   EXPECT_NEAR(ns.step.optimizer_s / fs.step.optimizer_s, 4.0, 0.05);

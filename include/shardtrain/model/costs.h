@@ -1,6 +1,6 @@
 // What a model allocates per micro-batch beyond its parameters (what autograd saves for backward,
 // what backward works in) and the FLOPs it does: the per-architecture input of the memory planner
-// (train/memory_plan.cpp, docs/memory-planner.md "Activations"). Each architecture reports its own
+// (src/plan/memory.cpp, docs/memory-planner.md "Activations"). Each architecture reports its own
 // (Model::activation_bytes in gpt2.cpp, llama.cpp, vit.cpp), composed from the per-layer costs
 // below, which layers.cpp defines next to the layers' forwards.
 //

@@ -36,7 +36,10 @@ std::string hf_model_source(const deck::Deck& d);
 void register_model_choices();
 // comm.timeout_s and comm.flight_recorder for every communicator of a job.
 comm::CommOptions comm_options_from_deck(const deck::Deck& d);
-fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::Model& m);
+// parallel.strategy, parsed once per command and handed down.
+fsdp::Strategy strategy_from_deck(const deck::Deck& d);
+// fsdp.* and train.reproducible for the deck's strategy (its fsdp.quantize_* checked against it).
+fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::Model& m, fsdp::Strategy deck_strategy);
 // The fsdp.quantize_* / quant_* keys; a combination the engine does not run (quantize_grads
 // without a hybrid strategy, quantize_weights with no_shard, either with cpu_offload or
 // train.reproducible) is a UserError naming the key (compression_keys.cpp).

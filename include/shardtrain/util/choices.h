@@ -17,6 +17,12 @@ inline constexpr std::array<const char*, 3> kDevices = {"auto", "cpu", "cuda"};
 inline constexpr std::array<const char*, 3> kBackends = {"auto", "mpi", "nccl"};
 inline constexpr std::array<const char*, 2> kOptimizers = {"adamw", "sgd"};  // fsdp::OptimizerKind
 
+// fsdp.wrap (train::engine_options_from_deck: block = the model's block types, size =
+// fsdp.min_num_params, none = the whole model one unit) and fsdp.backward_prefetch
+// (fsdp::BackwardPrefetch: Pre, Post, None).
+inline constexpr std::array<const char*, 3> kWrapPolicies = {"block", "size", "none"};
+inline constexpr std::array<const char*, 3> kBackwardPrefetch = {"pre", "post", "none"};
+
 // Index of `s` in names, or -1.
 template <size_t N>
 int index_of(const std::array<const char*, N>& names, const std::string& s) {

@@ -1,4 +1,5 @@
-// Process memory readings from /proc/self/status (resident and peak resident bytes).
+// Memory readings: this process's (/proc/self/status: resident and peak resident bytes) and this
+// host's (/proc/meminfo and the cgroup limit).
 #pragma once
 #include <cstdint>
 
@@ -10,4 +11,10 @@ struct ProcessMemory {
 ProcessMemory read_process_memory();
 // Resets VmHWM to the current RSS (writes "5" to /proc/self/clear_refs); false if not allowed.
 bool reset_peak_rss();
+
+struct HostMemory {
+  double total_bytes = 0;       // MemTotal, or the cgroup's limit when that is lower (0: unknown)
+  int64_t available_bytes = 0;  // MemAvailable (0: unknown)
+};
+HostMemory read_host_memory();
 }  // namespace shardtrain

@@ -1,6 +1,6 @@
 // Step-time model of the planner: one training step's compute (the model's FLOPs at a given rate)
 // plus the communication the compute stream waits for, from the collectives the memory planner
-// derives from the engine's layout (train::comm_volume in memory_plan.cpp) and the engine's
+// derives from the engine's layout (plan::step_traffic, traffic.h) and the engine's
 // schedule rules (fsdp/schedule.cpp: when each collective is issued and waited for); see
 // docs/memory-planner.md, "Step time".
 #pragma once
@@ -11,7 +11,7 @@
 #include "shardtrain/fsdp/options.h"
 #include "shardtrain/fsdp/wrap.h"
 
-namespace shardtrain::train {
+namespace shardtrain::plan {
 
 // What the collectives of one ring kind cost the cores of a host its ranks outnumber, per op
 // (index op_index(kind): all-gather, reduce-scatter, all-reduce): their message patterns keep the
@@ -132,4 +132,4 @@ double collective_core_seconds(const StepTimeSettings& s, const PlannedCollectiv
 // runs on the compute stream when it is issued; only its wire part overlaps compute.
 StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in);
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::plan

@@ -1,6 +1,6 @@
 // The planner's step-time estimate: the engine's schedule (fsdp/schedule.cpp) replayed on a
 // compute stream and one communication channel, with the collectives the memory planner counted.
-#include "shardtrain/train/step_time.h"
+#include "shardtrain/plan/step_time.h"
 
 #include <algorithm>
 #include <deque>
@@ -8,7 +8,7 @@
 
 #include "shardtrain/fsdp/engine.h"
 
-namespace shardtrain::train {
+namespace shardtrain::plan {
 
 const char* to_string(CollectiveKind k) {
   switch (k) {
@@ -208,4 +208,4 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
   return e;
 }
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::plan

@@ -1,0 +1,48 @@
+// The planner's memory model: per-rank bytes of one step at each of its instants (init, loss,
+// backward through the head and the last blocks, clip), from the engine's layout (fsdp::plan_units),
+// the engine's limits (fsdp/engine.h) and the activations each model reports
+// (model::Model::activation_bytes); docs/memory-planner.md.
+#pragma once
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/fsdp/options.h"
+#include "shardtrain/fsdp/wrap.h"
+#include "shardtrain/model/model.h"
+#include "shardtrain/plan/settings.h"
+
+namespace shardtrain::plan {
+
+// What one micro-batch saves and works in, as the model reports it (model::Model::activation_bytes
+// for the spec's architecture, on a meta model; mp: compute dtype and fp32-kept norms).
+using ActivationBytes = model::ActivationBytes;
+ActivationBytes activation_bytes(const model::ModelSpec& spec, const fsdp::MixedPrecision& mp, int64_t micro_batch,
+                                 int threads = 1);
+
+// The model's cost query for one micro-batch under mixed precision mp.
+model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads);
+
+// Per rank, bytes.
+struct MemoryBreakdown {
+  int64_t params = 0;          // fp32 master shards
+  int64_t grads = 0;           // fp32 gradient shards
+  int64_t optim = 0;           // optimizer states (fp32)
+  int64_t unsharded = 0;       // unsharded parameter buffers at the peak (compute dtype)
+  int64_t grad_buffers = 0;    // unsharded gradient buffers (incl. pending reductions) at the peak
+  int64_t activations = 0;     // saved activations + working memory at the peak
+  int64_t total = 0;           // the peak: the largest of the instants below
+  std::string peak_at;         // which instant ("init", "loss", "head backward", "last block backward", "clip")
+  bool state_on_host = false;  // fsdp.cpu_offload: params, grads and optim are host memory, not in total
+  int64_t saved_activations = 0;  // saved by the whole forward (without working memory)
+  int64_t state() const { return params + grads + optim; }
+};
+
+// The peak of one step of strategy st over `units` (shard group size S), with activations `a`,
+// with (rc) or without recomputation.
+MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std::vector<fsdp::UnitPlan>& units, int S,
+                            const ActivationBytes& a, bool rc);
+
+}  // namespace shardtrain::plan

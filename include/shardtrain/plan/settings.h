@@ -1,0 +1,35 @@
+// What the planner plans for: the model, the engine options, the batch, the world and its hosts,
+// the link weights and the step-time assumptions. Built by the caller (train::plan_settings_from_deck
+// reads a deck; the CLI adds its flags); the plan layer reads no deck.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/fsdp/options.h"
+#include "shardtrain/model/model.h"
+#include "shardtrain/plan/step_time.h"
+
+namespace shardtrain::plan {
+
+// Everything the plan depends on besides the strategy.
+struct PlanSettings {
+  model::ModelSpec spec;            // resolved (model::resolve_spec)
+  fsdp::EngineOptions engine;       // wrap policy, mixed precision, prefetch, recomputation
+  std::string optimizer = "adamw";  // adamw: 2 fp32 states; sgd: 1 with momentum, else 0
+  double sgd_momentum = 0.9;
+  int64_t micro_batch = 1;          // samples per rank per forward
+  int64_t grad_accum = 1;           // micro-batches per optimizer step
+  int ranks = 1;                    // world size
+  int ranks_per_host = 1;           // hosts = ranks / ranks_per_host
+  int shard_group_size = 0;         // hybrid strategies: 0 = ranks_per_host
+  double inter_host_weight = 8;     // comm cost of one inter-host byte in intra-host bytes
+  // Measured cost of a ring edge's byte when e = 2, 3, ... ring edges leave one host at once
+  // ([e - 2]; `plan --inter-host-weight W,W2,...`): concurrent flows need not share a link
+  // fairly or fully. Past the list: inter_host_weight x e (the link's bandwidth split evenly).
+  std::vector<double> shared_link_weights;
+  int threads = 1;                  // intra-op threads per rank (bf16/fp16 GEMM workspace is per thread)
+  StepTimeSettings step;            // compute rate, bandwidth, latency, cores: the step-time estimate's inputs
+};
+
+}  // namespace shardtrain::plan

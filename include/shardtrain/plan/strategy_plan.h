@@ -1,0 +1,55 @@
+// The plan of one sharding strategy: the engine's layout, the memory peak (memory.h), the
+// traffic (traffic.h) and the step time (step_time.h) with and without recomputation; every
+// strategy at once, and the recommendation (docs/memory-planner.md).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/fsdp/options.h"
+#include "shardtrain/fsdp/wrap.h"
+#include "shardtrain/plan/memory.h"
+#include "shardtrain/plan/settings.h"
+#include "shardtrain/plan/step_time.h"
+#include "shardtrain/plan/traffic.h"
+
+namespace shardtrain::plan {
+
+struct StrategyPlan {
+  fsdp::Strategy strategy = fsdp::Strategy::FullShard;
+  int shard_size = 1, replicate_size = 1;
+  bool shard_spans_hosts = false, replicate_spans_hosts = false;
+  std::vector<fsdp::UnitPlan> units;  // the engine's layout (fsdp::plan_units) for shard_size
+  MemoryBreakdown mem;                // with the deck's activation_checkpointing
+  MemoryBreakdown mem_no_recompute;   // activation_checkpointing = false
+  MemoryBreakdown mem_recompute;      // activation_checkpointing = true
+  CommVolume comm;
+  // Sum over the collectives' ring families of bytes per rank x max(1, link_weight(the family's
+  // ring edges on the busiest host's link)): intra-host bytes of equal time.
+  double comm_cost = 0;
+  // Inter-host bytes per rank per step without the ZeRO++ options, with fsdp.quantize_weights
+  // alone, quantize_grads alone, secondary_shards alone, and every one this strategy runs (-1:
+  // the strategy does not run that option). `comm` is the deck's choice.
+  int64_t inter_host_plain = 0, inter_host_qwz = -1, inter_host_qgz = -1, inter_host_hpz = -1, inter_host_all = -1;
+  // The deck's collectives one by one (what `comm` sums), and the step time they give.
+  std::vector<PlannedCollective> collectives;
+  StepEstimate step;               // with the deck's activation_checkpointing
+  StepEstimate step_no_recompute;  // activation_checkpointing = false
+  StepEstimate step_recompute;     // activation_checkpointing = true (one more forward per block)
+};
+
+// FLOPs of one step per rank: the model's own count for MFU (model::Model::train_flops_per_item)
+// x the items one rank trains on per step, plus the blocks' forward again under recomputation.
+double step_flops(const PlanSettings& s, bool recompute);
+
+StrategyPlan plan_strategy(const PlanSettings& s, fsdp::Strategy strategy);
+// All five strategies (hybrid ones only when the world has more than one shard group).
+std::vector<StrategyPlan> plan_all(const PlanSettings& s);
+const std::vector<fsdp::Strategy>& all_strategies();
+
+// Index in `plans` of the plan whose peak fits `device_bytes` with the shortest estimated step
+// (StrategyPlan::step_no_recompute; if none fits without recomputation, step_recompute among
+// those that fit with it; ties to the smaller peak); -1 if none fits. *recompute tells whether
+// that plan needs activation checkpointing.
+int recommend(const std::vector<StrategyPlan>& plans, int64_t device_bytes, bool* recompute);
+
+}  // namespace shardtrain::plan

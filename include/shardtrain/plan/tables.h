@@ -1,0 +1,20 @@
+// The planner's text: the per-strategy table `shardtrain plan` prints, the sharding diagrams and
+// the step estimate's assumptions.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/plan/settings.h"
+#include "shardtrain/plan/strategy_plan.h"
+
+namespace shardtrain::plan {
+
+// One line: what the step estimate assumed (rate and its source, bandwidth, latency, cores).
+std::string describe_step_assumptions(const PlanSettings& s);
+// The report `shardtrain plan` prints.
+std::string format_plan(const PlanSettings& s, const std::vector<StrategyPlan>& plans, int64_t device_bytes);
+// ASCII diagram: which rank holds which slice of which unit (blocks with one layout folded).
+std::string sharding_diagram(const PlanSettings& s, const StrategyPlan& p, int width = 48);
+
+}  // namespace shardtrain::plan

@@ -1,0 +1,148 @@
+// The plan of each strategy: groups, the engine's layout on a meta model, the memory peak, the
+// traffic and the step time; the recommendation among them.
+#include "shardtrain/plan/strategy_plan.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "shardtrain/runtime/device_mesh.h"
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::plan {
+
+const std::vector<fsdp::Strategy>& all_strategies() {
+  static const std::vector<fsdp::Strategy> all = {fsdp::Strategy::FullShard, fsdp::Strategy::ShardGradOp,
+                                                  fsdp::Strategy::NoShard, fsdp::Strategy::HybridShard,
+                                                  fsdp::Strategy::HybridShardZero2};
+  return all;
+}
+
+namespace {
+
+// The engine's rule (fsdp::strategy_groups) on the mesh the runtime would build.
+int group_size_for(const PlanSettings& ps, fsdp::Strategy st) {
+  return fsdp::strategy_groups(st, ps.ranks, runtime::mesh_shard_size(ps.shard_group_size, ps.ranks_per_host)).shard_size;
+}
+
+// Whether the ranks of one group lie on more than one host (hosts: consecutive blocks of
+// ranks_per_host ranks; groups as runtime::DeviceMesh builds them).
+bool spans_hosts(const std::vector<int>& members, int ranks_per_host) {
+  for (int m : members)
+    if (m / ranks_per_host != members.front() / ranks_per_host) return true;
+  return false;
+}
+
+// step_flops on the model and units plan_strategy already has.
+double step_flops(const PlanSettings& ps, const model::Model& m, const std::vector<fsdp::UnitPlan>& units,
+                  bool recompute) {
+  // The trainer's MFU numerator per item (a token of a language model, an image of a ViT), times
+  // the items one rank trains on in a step.
+  const double items = static_cast<double>(ps.micro_batch * ps.grad_accum) *
+                       (model::input_kind(ps.spec) == model::InputKind::Tokens ? static_cast<double>(ps.spec.seq_len) : 1.0);
+  const double flops = m.train_flops_per_item() * items;
+  // Recomputation runs each block's forward again (a unit's parameters do not depend on S).
+  return recompute ? flops * recompute_flops_factor(units) : flops;
+}
+}  // namespace
+
+double step_flops(const PlanSettings& ps, bool recompute) {
+  const std::shared_ptr<model::Model> meta = model::build_model(ps.spec, at::kMeta);
+  return step_flops(ps, *meta, fsdp::plan_units(*meta, ps.engine, 1), recompute);
+}
+
+StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
+  StrategyPlan p;
+  p.strategy = st;
+  const int N = ps.ranks, G = ps.ranks_per_host;
+  ST_USER_CHECK(N >= 1, "--ranks must be >= 1 (got ", N, ")");
+  ST_USER_CHECK(G >= 1 && N % G == 0, "--ranks-per-host ", G, " must divide --ranks ", N);
+  const int S = group_size_for(ps, st);
+  ST_USER_CHECK(S >= 1 && N % S == 0, fsdp::to_string(st), ": shard group size ", S, " (parallel.shard_group_size",
+                " or --ranks-per-host) must divide --ranks ", N);
+  p.shard_size = S;
+  p.replicate_size = N / S;
+  std::vector<int> shard0, rep0;
+  for (int r = 0; r < S; ++r) shard0.push_back(r);
+  for (int r = 0; r < p.replicate_size; ++r) rep0.push_back(r * S);
+  p.shard_spans_hosts = S > 1 && spans_hosts(shard0, G);
+  p.replicate_spans_hosts = p.replicate_size > 1 && spans_hosts(rep0, G);
+
+  fsdp::EngineOptions eo = ps.engine;
+  eo.strategy = st;
+  const std::shared_ptr<model::Model> meta = model::build_model(ps.spec, at::kMeta);
+  p.units = fsdp::plan_units(*meta, eo, S);
+  const ActivationBytes a = meta->activation_bytes(cost_query(ps.engine.mp, ps.micro_batch, ps.threads));
+  p.mem_no_recompute = peak_memory(ps, st, p.units, S, a, false);
+  p.mem_recompute = peak_memory(ps, st, p.units, S, a, true);
+  p.mem = ps.engine.activation_checkpointing ? p.mem_recompute : p.mem_no_recompute;
+
+  // Communication per rank per step, with the deck's quantization options (fsdp.quantize_*)
+  // where this strategy runs them, and each option alone for the report.
+  const fsdp::Compression& c = ps.engine.compression;
+  const fsdp::CompressionSupport runs = fsdp::compression_support(st);
+  const bool qw_ok = runs.quantize_weights, qg_ok = runs.quantize_grads, hp_ok = runs.secondary_shards;
+  Traffic deck =
+      step_traffic(ps, st, p, c.quantize_weights && qw_ok, c.quantize_grads && qg_ok, c.secondary_shards && hp_ok);
+  p.comm = deck.volume;
+  p.comm_cost = deck.cost;
+  p.collectives = std::move(deck.collectives);
+  // The step time, from the same collectives (step_time.h), without and with recomputation.
+  StepTimeInputs in;
+  in.strategy = st;
+  in.units = &p.units;
+  in.collectives = &p.collectives;
+  in.grad_accum = static_cast<int>(ps.grad_accum);
+  in.ranks_per_host = G;
+  in.threads = ps.threads;
+  in.forward_prefetch = ps.engine.forward_prefetch;
+  in.backward_prefetch = ps.engine.backward_prefetch;
+  for (const auto& u : p.units)
+    for (const auto& f : u.flats) in.params_per_rank += static_cast<double>(f.shard_numel);
+  for (bool rc : {false, true}) {
+    in.recompute = rc;
+    in.step_flops = step_flops(ps, *meta, p.units, rc);
+    (rc ? p.step_recompute : p.step_no_recompute) = estimate_step(ps.step, in);
+  }
+  p.step = ps.engine.activation_checkpointing ? p.step_recompute : p.step_no_recompute;
+  auto inter = [&](bool qw, bool qg, bool hp) { return step_traffic(ps, st, p, qw, qg, hp).volume.inter_host; };
+  p.inter_host_plain = inter(false, false, false);
+  p.inter_host_qwz = qw_ok ? inter(true, false, false) : -1;
+  p.inter_host_qgz = qg_ok ? inter(false, true, false) : -1;
+  p.inter_host_hpz = hp_ok ? inter(false, false, true) : -1;
+  p.inter_host_all = qw_ok ? inter(true, qg_ok, hp_ok) : -1;
+  return p;
+}
+
+std::vector<StrategyPlan> plan_all(const PlanSettings& ps) {
+  std::vector<StrategyPlan> out;
+  for (fsdp::Strategy st : all_strategies()) {
+    if (fsdp::is_hybrid(st)) {
+      const int S = group_size_for(ps, st);
+      if (S < 1 || ps.ranks % S != 0) continue;  // reported by the caller
+    }
+    out.push_back(plan_strategy(ps, st));
+  }
+  return out;
+}
+
+int recommend(const std::vector<StrategyPlan>& plans, int64_t device_bytes, bool* recompute) {
+  int best = -1;
+  bool best_rc = false;
+  for (int pass = 0; pass < 2 && best < 0; ++pass) {  // without recomputation first
+    auto mem = [&](const StrategyPlan& p) { return pass == 0 ? p.mem_no_recompute.total : p.mem_recompute.total; };
+    auto step = [&](const StrategyPlan& p) { return pass == 0 ? p.step_no_recompute.step_s() : p.step_recompute.step_s(); };
+    for (size_t i = 0; i < plans.size(); ++i) {
+      if (mem(plans[i]) > device_bytes) continue;
+      if (best < 0 || step(plans[i]) < step(plans[best]) ||
+          (step(plans[i]) == step(plans[best]) && mem(plans[i]) < mem(plans[best]))) {
+        best = static_cast<int>(i);
+        best_rc = pass == 1;
+      }
+    }
+  }
+  if (recompute) *recompute = best_rc;
+  return best;
+}
+
+}  // namespace shardtrain::plan

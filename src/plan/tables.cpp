@@ -1,0 +1,239 @@
+// The planner's text: the table of every strategy, the sharding diagrams, the recommendation.
+#include "shardtrain/plan/tables.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "shardtrain/plan/bytes.h"
+
+namespace shardtrain::plan {
+namespace {
+
+char rank_symbol(int r) {
+  static const char* sym = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  return r < 62 ? sym[r] : '#';
+}
+
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+// One line per flat: the padded flat cut into shard slices, one symbol per shard rank.
+std::string flat_bar(const fsdp::FlatPlan& f, int S, int width) {
+  std::string bar(width, ' ');
+  for (int i = 0; i < width; ++i) {
+    const int64_t e = static_cast<int64_t>((static_cast<double>(i) + 0.5) * f.padded / width);
+    bar[i] = e >= f.numel ? '.' : rank_symbol(static_cast<int>(std::min<int64_t>(S - 1, e / f.shard_numel)));
+  }
+  return "[" + bar + "]";
+}
+
+std::string unit_label(const fsdp::UnitPlan& u, const fsdp::FlatPlan& f) {
+  return u.name + (u.flats.size() > 1 ? std::string(" (") + fsdp::dtype_name(f.dtype) + ")" : std::string());
+}
+
+}  // namespace
+
+std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int width) {
+  std::ostringstream os;
+  const int S = p.shard_size, R = p.replicate_size, G = ps.ranks_per_host;
+  os << "sharding: " << fsdp::to_string(p.strategy) << " - ";
+  if (S == 1) {
+    os << "every rank holds every unit whole (" << R << " replica" << (R > 1 ? "s" : "") << ")\n";
+  } else {
+    os << R << " shard group" << (R > 1 ? "s" : "") << " of " << S << " ranks";
+    for (int g = 0; g < R && g < 4; ++g) {
+      os << (g == 0 ? ": " : ", ") << "{";
+      for (int r = 0; r < S; ++r) os << (r ? "," : "") << g * S + r;
+      os << "}";
+    }
+    if (R > 4) os << ", ...";
+    os << "; digit = shard rank";
+    if (R > 1) os << " (world rank = group x " << S << " + digit; the ranks with one digit form a replicate group and hold the same slice)";
+    os << "; '.' = padding\n";
+  }
+  size_t name_w = 6;
+  for (const auto& u : p.units)
+    for (const auto& f : u.flats) name_w = std::max(name_w, unit_label(u, f).size());
+  name_w = std::min<size_t>(name_w, 40);
+  char head[256];
+  std::snprintf(head, sizeof head, "  %-*s %14s %12s  %s\n", static_cast<int>(name_w), "unit", "elements",
+                S > 1 ? "per rank" : "", S > 1 ? "layout over the flat parameter" : "");
+  os << head;
+  // Fold runs of units whose flats have the same sizes (the blocks) into one line.
+  size_t i = 0;
+  while (i < p.units.size()) {
+    size_t j = i + 1;
+    auto same = [&](const fsdp::UnitPlan& a, const fsdp::UnitPlan& b) {
+      if (a.is_root() || b.is_root() || a.is_ignored() != b.is_ignored() || a.flats.size() != b.flats.size()) return false;
+      for (size_t k = 0; k < a.flats.size(); ++k)
+        if (a.flats[k].numel != b.flats[k].numel || a.flats[k].dtype != b.flats[k].dtype) return false;
+      return true;
+    };
+    while (j < p.units.size() && same(p.units[i], p.units[j])) ++j;
+    const fsdp::UnitPlan& u = p.units[i];
+    for (const auto& f : u.flats) {
+      std::string label = unit_label(u, f);
+      if (label.size() > name_w) label = "..." + label.substr(label.size() - name_w + 3);
+      char line[512];
+      const int group = f.shard_size;
+      std::snprintf(line, sizeof line, "  %-*s %14s %12s  %s", static_cast<int>(name_w), label.c_str(),
+                    with_commas(f.numel).c_str(), group > 1 ? with_commas(f.shard_numel).c_str() : "whole",
+                    group > 1 ? flat_bar(f, group, width).c_str() : "");
+      os << line;
+      if (u.is_ignored()) os << " (ignored: whole on every rank)";
+      os << "\n";
+    }
+    if (j - i > 1) {
+      os << "  ... and " << (j - i - 1) << " more unit" << (j - i > 2 ? "s" : "") << " with the same layout ("
+         << p.units[i + 1].name << " .. " << p.units[j - 1].name << ")\n";
+    }
+    i = j;
+  }
+  (void)G;
+  return os.str();
+}
+
+std::string describe_step_assumptions(const PlanSettings& ps) {
+  const StepTimeSettings& t = ps.step;
+  char b[1300];
+  const int busy = ps.ranks_per_host * std::max(1, ps.threads);
+  char cores[480];
+  auto costs = [](const CoreCosts& k) {  // "bytes x a / b / c, + x / y / z us per collective"
+    char c[160];
+    std::snprintf(c, sizeof c, "bytes x %.3g / %.3g / %.3g, +%.4g / %.4g / %.4g us per collective", k.weight[0], k.weight[1],
+                  k.weight[2], k.sync_us[0], k.sync_us[1], k.sync_us[2]);
+    return std::string(c);
+  };
+  if (t.cores_per_host > 0 && t.cores_per_host < busy)
+    std::snprintf(cores, sizeof cores,
+                  "%d cores per host for %d ranks x %d threads: compute at %.2f of the rate; communication's core part "
+                  "(all-gather / reduce-scatter / all-reduce; rings across the links: %s; inside hosts: %s) serialised "
+                  "with it",
+                  t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads), static_cast<double>(t.cores_per_host) / busy,
+                  costs(t.link_cores).c_str(), costs(t.intra_cores).c_str());
+  else if (t.cores_per_host > 0)
+    std::snprintf(cores, sizeof cores, "%d cores per host for %d ranks x %d threads: communication overlaps compute",
+                  t.cores_per_host, ps.ranks_per_host, std::max(1, ps.threads));
+  else
+    std::snprintf(cores, sizeof cores, "cores per host not given: communication overlaps compute");
+  char opt[96] = "";
+  if (t.optimizer_ns_per_param > 0)
+    std::snprintf(opt, sizeof opt, " + the optimizer at %.3g ns per parameter of the rank's shards", t.optimizer_ns_per_param);
+  if (t.compute_tflops > 0)
+    std::snprintf(b, sizeof b, "compute %.4g TFLOP/s per rank (%s)%s; intra-host edge %.3g GB/s, link edges / W_e; latency %.3g us per ring step; %s",
+                  t.compute_tflops, t.compute_source.c_str(), opt, t.intra_busbw_gbps, t.latency_us, cores);
+  else
+    std::snprintf(b, sizeof b, "no compute rate (communication only, none hidden); intra-host edge %.3g GB/s, link edges / W_e; latency %.3g us per ring step",
+                  t.intra_busbw_gbps, t.latency_us);
+  return b;
+}
+
+std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>& plans, int64_t device_bytes) {
+  std::ostringstream os;
+  const model::ModelSpec& sp = ps.spec;
+  const int hosts = ps.ranks / ps.ranks_per_host;
+  os << "# shardtrain plan: " << sp.arch << " (" << sp.n_layers << " x " << sp.d_model << ", " << sp.n_heads
+     << " heads, " << with_commas(model::parameter_count(sp)) << " parameters)";
+  if (model::input_kind(sp) == model::InputKind::Images) os << ", micro-batch " << ps.micro_batch << " images";
+  else os << ", micro-batch " << ps.micro_batch << " x " << sp.seq_len << " tokens";
+  os << ", grad_accum " << ps.grad_accum << "\n";
+  os << "# " << ps.ranks << " rank" << (ps.ranks > 1 ? "s" : "") << " on " << hosts << " host" << (hosts > 1 ? "s" : "")
+     << " (" << ps.ranks_per_host << " per host); device memory " << format_bytes(device_bytes) << " per rank; "
+     << fsdp::dtype_name(ps.engine.mp.param_dtype) << " compute, " << fsdp::dtype_name(ps.engine.mp.reduce_dtype)
+     << " reduce, " << ps.optimizer << "; activation checkpointing "
+     << (ps.engine.activation_checkpointing ? "on" : "off") << " in the deck\n";
+  if (ps.engine.cpu_offload)
+    os << "# fsdp.cpu_offload = true: parameter and gradient shards and the optimizer state live in host memory;"
+          " the peaks below are device memory without them (not measured on a GPU yet)\n";
+  os << "# per rank, bytes at the step's peak (its instant on the last lines); communication per step, sent per rank\n\n";
+
+  int col = 20;
+  for (const auto& p : plans) col = std::max(col, static_cast<int>(p.mem.peak_at.size()) + 2);
+  auto row = [&](const std::string& label, auto cell) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%-26s", label.c_str());
+    os << b;
+    for (const auto& p : plans) {
+      std::snprintf(b, sizeof b, "%*s", col, cell(p).c_str());
+      os << b;
+    }
+    os << "\n";
+  };
+  row("", [](const StrategyPlan& p) { return std::string(fsdp::to_string(p.strategy)); });
+  row("shard x replicate", [](const StrategyPlan& p) {
+    return std::to_string(p.shard_size) + " x " + std::to_string(p.replicate_size);
+  });
+  row("params (fp32 shards)", [](const StrategyPlan& p) { return format_bytes(p.mem.params); });
+  row("grads (fp32 shards)", [](const StrategyPlan& p) { return format_bytes(p.mem.grads); });
+  row("optimizer state", [](const StrategyPlan& p) { return format_bytes(p.mem.optim); });
+  row("unsharded params", [](const StrategyPlan& p) { return format_bytes(p.mem.unsharded); });
+  row("unsharded grad buffers", [](const StrategyPlan& p) { return format_bytes(p.mem.grad_buffers); });
+  row("activations + working", [](const StrategyPlan& p) { return format_bytes(p.mem.activations); });
+  row(ps.engine.activation_checkpointing ? "peak (deck: recompute)" : "peak (deck)",
+      [](const StrategyPlan& p) { return format_bytes(p.mem.total); });
+  row("  of device memory", [&](const StrategyPlan& p) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f%%%s", 100.0 * p.mem.total / device_bytes, p.mem.total > device_bytes ? " OOM" : "");
+    return std::string(b);
+  });
+  row("peak without recompute", [](const StrategyPlan& p) { return format_bytes(p.mem_no_recompute.total); });
+  row("peak with recompute", [](const StrategyPlan& p) { return format_bytes(p.mem_recompute.total); });
+  row("saved activations", [](const StrategyPlan& p) { return format_bytes(p.mem_no_recompute.saved_activations); });
+  row("  with recompute", [](const StrategyPlan& p) { return format_bytes(p.mem_recompute.saved_activations); });
+  row("all-gather / step", [](const StrategyPlan& p) { return format_bytes(p.comm.all_gather); });
+  row("reduce-scatter / step", [](const StrategyPlan& p) { return format_bytes(p.comm.reduce_scatter); });
+  row("all-reduce / step", [](const StrategyPlan& p) { return format_bytes(p.comm.all_reduce); });
+  row("intra-host / step", [](const StrategyPlan& p) { return format_bytes(p.comm.intra_host); });
+  row("inter-host / step", [](const StrategyPlan& p) { return format_bytes(p.comm.inter_host); });
+  row("host link / step", [](const StrategyPlan& p) { return format_bytes(p.comm.inter_host_link); });
+  // What each quantization option would leave between hosts (fsdp.quantize_weights / _grads).
+  auto opt_bytes = [](int64_t b) { return b < 0 ? std::string("-") : format_bytes(b); };
+  row("inter-host, plain", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_plain); });
+  row("  + quantize_weights", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_qwz); });
+  row("  + quantize_grads", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_qgz); });
+  row("  + secondary_shards", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_hpz); });
+  row("  + all that apply", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_all); });
+  row("peak at", [](const StrategyPlan& p) { return p.mem.peak_at; });
+  // The step-time estimate (step_time.h) with the deck's recomputation setting.
+  auto ms = [](double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f ms", 1e3 * s);
+    return std::string(b);
+  };
+  row("est. compute / step", [&](const StrategyPlan& p) { return ms(p.step.compute_s); });
+  row("est. comm / step", [&](const StrategyPlan& p) { return ms(p.step.comm_s); });
+  row("est. exposed comm", [&](const StrategyPlan& p) { return ms(p.step.exposed_s); });
+  row("est. step", [&](const StrategyPlan& p) { return ms(p.step.step_s()); });
+  os << "# step estimate: " << describe_step_assumptions(ps) << "\n";
+  os << "\n";
+  for (const auto& p : plans) os << sharding_diagram(ps, p) << "\n";
+
+  bool rc = false;
+  const int best = recommend(plans, device_bytes, &rc);
+  if (best < 0) {
+    int64_t least = plans.empty() ? 0 : plans[0].mem_recompute.total;
+    for (const auto& p : plans) least = std::min(least, p.mem_recompute.total);
+    os << "recommendation: nothing fits " << format_bytes(device_bytes) << " per rank (the smallest peak is "
+       << format_bytes(least) << " with recomputation): use more ranks, a smaller micro-batch, or bf16\n";
+  } else {
+    const StrategyPlan& p = plans[best];
+    const MemoryBreakdown& m = rc ? p.mem_recompute : p.mem_no_recompute;
+    os << "recommendation: parallel.strategy = \"" << fsdp::to_string(p.strategy) << "\""
+       << (rc ? " with fsdp.activation_checkpointing = true" : "") << " (peak " << format_bytes(m.total) << " of "
+       << format_bytes(device_bytes) << ", " << format_bytes(p.comm.intra_host) << " intra-host + "
+       << format_bytes(p.comm.inter_host) << " inter-host per rank, " << format_bytes(p.comm.inter_host_link)
+       << " over each host's link per step; est. step " << ms((rc ? p.step_recompute : p.step_no_recompute).step_s())
+       << "): the shortest estimated step among the strategies that fit"
+       << (rc ? "; none fits without recomputation" : " without recomputation") << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace shardtrain::plan

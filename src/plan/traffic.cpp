@@ -1,0 +1,134 @@
+// The planner's traffic model: one step's collectives per rank, ring algorithms over the groups the
+// strategy makes, what crosses a host's link and what it costs (docs/memory-planner.md).
+#include "shardtrain/plan/traffic.h"
+
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+
+#include "shardtrain/fsdp/quantize.h"
+#include "shardtrain/plan/strategy_plan.h"
+#include "shardtrain/runtime/device_mesh.h"
+
+namespace shardtrain::plan {
+namespace {
+int64_t dtype_bytes(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
+}  // namespace
+
+// Ring edges that leave the busiest host when every group of a family runs its ring at once,
+// in group-rank order (family "shard": the groups [kS, (k+1)S); "replicate": {j, j+S, j+2S, ...}).
+// A rank sends its ring bytes along its edge to the next member; an edge to another host
+// crosses the sender's link, so a host's link carries (edges leaving it) x (bytes per rank).
+// full_shard over 2 hosts of 2: 1 edge (1 -> 2); hybrid_shard's replicate groups {0,2}, {1,3}:
+// 2 edges (0 -> 2 and 1 -> 3 share host 0's link).
+int ring_edges_leaving_busiest_host(int N, int G, int S, bool shard_family) {
+  std::vector<int> leaving(static_cast<size_t>(N / G), 0);
+  const int groups = shard_family ? N / S : S, members = shard_family ? S : N / S;
+  auto rank_of = [&](int g, int i) { return shard_family ? g * S + i : g + i * S; };
+  for (int g = 0; g < groups && members > 1; ++g)
+    for (int i = 0; i < members; ++i) {
+      const int from = rank_of(g, i) / G, to = rank_of(g, (i + 1) % members) / G;
+      if (from != to) ++leaving[from];
+    }
+  return *std::max_element(leaving.begin(), leaving.end());
+}
+
+double link_weight(const PlanSettings& ps, int edges) {
+  if (edges <= 0) return 1.0;
+  if (edges == 1) return ps.inter_host_weight;
+  const size_t i = static_cast<size_t>(edges - 2);
+  return i < ps.shared_link_weights.size() ? ps.shared_link_weights[i] : ps.inter_host_weight * edges;
+}
+
+// Communication per rank per step of plan p (its units and groups already set), with the
+// quantized weight gather (qw) and / or the quantized replica average (qg): ring algorithms, an
+// all-gather or reduce-scatter over S ranks sends (S-1)/S of the buffer, an all-reduce over R
+// ranks 2(R-1)/R; quantized, a gather sends (S-1) packed shards (int8 + an fp32 scale per
+// fsdp.quant_block values) and the replica average is an all-gather of R-1 packed shards. The
+// accuracy guard adds the exact collective every quant_guard_every steps (amortised here).
+Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPlan& p, bool qw, bool qg, bool hp) {
+  Traffic out;
+  const int N = ps.ranks, G = ps.ranks_per_host, S = p.shard_size;
+  // hpZ: full_shard's backward gathers run over the node group (parallel.shard_group_size or the
+  // host), inside the host, in full param_dtype from the secondary shards.
+  const int Gn = runtime::mesh_shard_size(ps.shard_group_size, G);
+  double ag_node = 0;
+  const int64_t block = ps.engine.compression.block;
+  const double guard = ps.engine.compression.guard_every > 0 ? 1.0 / ps.engine.compression.guard_every : 0.0;
+  const int64_t b_reduce = dtype_bytes(ps.engine.mp.reduce_dtype);
+  double ag = 0, rs = 0, ar_rep = 0, ar_world = 0;
+  const double ring = S > 1 ? static_cast<double>(S - 1) / S : 0.0;
+  const int R = p.replicate_size;
+  // Ring edges that leave the busiest host, per family (below), and the time weight of its bytes.
+  const int es = ring_edges_leaving_busiest_host(N, G, S, true);
+  const int er = ring_edges_leaving_busiest_host(N, G, S, false);
+  const int ew = ring_edges_leaving_busiest_host(N, G, 1, false);
+  auto weight = [&](int edges) { return std::max(1.0, link_weight(ps, edges)); };
+  auto emit = [&](CollectiveKind k, int unit, double bytes, int steps, int edges) {
+    if (bytes <= 0) return;
+    PlannedCollective c;
+    c.kind = k;
+    c.unit = unit;
+    c.bytes = bytes;
+    c.ring_steps = steps;
+    c.weight = weight(edges);
+    c.crosses_link = edges > 0;
+    out.collectives.push_back(c);
+  };
+  for (size_t ui = 0; ui < p.units.size(); ++ui) {
+    const auto& u = p.units[ui];
+    const int unit = static_cast<int>(ui);
+    for (const auto& f : u.flats) {
+      if (u.is_ignored()) {
+        if (N > 1) ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
+        continue;
+      }
+      const int gathers = u.is_root() ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
+      if (st != fsdp::Strategy::NoShard) {
+        const double plain = ring * f.padded * f.elem_bytes();
+        const double packed = S > 1 ? (S - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) : 0.0;
+        const double one = qw ? packed + guard * plain : plain;
+        emit(CollectiveKind::ForwardGather, unit, one, S - 1, es);
+        if (hp && gathers == 2) {
+          ag += ps.grad_accum * one;
+          const double node = (Gn - 1.0) / Gn * f.padded * f.elem_bytes();
+          ag_node += ps.grad_accum * node;
+          emit(CollectiveKind::BackwardGather, unit, node, Gn - 1, 0);
+        } else {
+          ag += ps.grad_accum * gathers * one;
+          if (gathers == 2) emit(CollectiveKind::BackwardGather, unit, one, S - 1, es);
+        }
+        const double scatter = ring * f.padded * b_reduce;
+        rs += ps.grad_accum * scatter;
+        emit(CollectiveKind::ReduceScatter, unit, scatter, S - 1, es);
+      }
+      if (R > 1) {
+        const double plain = 4.0 * f.shard_numel * 2.0 * (R - 1) / R;
+        ar_rep += qg ? (R - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) + guard * plain : plain;
+      }
+    }
+  }
+  // The step's all-reduces, one coalesced call per group (ar_rep, ar_world are per step): qgZ's
+  // replica average is an all-gather of packed shards (R - 1 steps), else a ring all-reduce.
+  emit(CollectiveKind::ReplicaAllReduce, -1, ar_rep, qg ? R - 1 : 2 * (R - 1), er);
+  emit(CollectiveKind::ReplicaAllReduce, -1, ar_world, 2 * (N - 1), ew);
+  out.volume.all_gather = static_cast<int64_t>(ag + ag_node);
+  out.volume.reduce_scatter = static_cast<int64_t>(rs);
+  out.volume.all_reduce = static_cast<int64_t>(ar_rep + ar_world);
+  const int64_t shard_part = static_cast<int64_t>(ag) + out.volume.reduce_scatter;
+  (p.shard_spans_hosts ? out.volume.inter_host : out.volume.intra_host) += shard_part;
+  out.volume.intra_host += static_cast<int64_t>(ag_node);
+  (p.replicate_spans_hosts || (st == fsdp::Strategy::NoShard && N > G) ? out.volume.inter_host : out.volume.intra_host) +=
+      out.volume.all_reduce;
+  // What crosses the busiest host's link, and the cost of each family of rings: bytes per rank
+  // times max(1, link_weight(edges that share the link)): a ring runs at its slowest edge, and
+  // the rings of one family run at the same time (hybrid_shard's replicate groups all cross one
+  // link, and the flows that share it get what the measured weight says, not a fair split).
+  // Ignored units' all-reduces run over the world (a replicate family of shard size 1).
+  out.volume.inter_host_link = static_cast<int64_t>(es * (ag + rs) + er * ar_rep + ew * ar_world);
+  auto cost = [&](double bytes, int edges) { return bytes * weight(edges); };
+  out.cost = cost(ag + rs, es) + cost(ar_rep, er) + cost(ar_world, ew) + ag_node;
+  return out;
+}
+
+}  // namespace shardtrain::plan
