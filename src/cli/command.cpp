@@ -48,4 +48,16 @@ deck::Deck load_deck_agreed(const DeckArgs& args, MPI_Comm comm) {
   return d;
 }
 
+std::string parse_error_hint(const CLI::ParseError& e, int argc, char** argv) {
+  if (!dynamic_cast<const CLI::ExtrasError*>(&e)) return "";
+  std::string sets;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool after_set = i > 1 && std::string(argv[i - 1]) == "--set";
+    if (!after_set && !a.empty() && a[0] != '-' && a.find('=') != std::string::npos && a.find('.') < a.find('='))
+      sets += " --set " + a;
+  }
+  return sets.empty() ? "" : "hint: deck keys are set with --set KEY=VALUE:" + sets;
+}
+
 }  // namespace shardtrain::cli

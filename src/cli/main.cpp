@@ -32,9 +32,10 @@ int main(int argc, char** argv) {
   // that lands during MPI start-up or deck loading must become "checkpoint at the first step
   // boundary, exit 42", not the default action (killing the rank, which kills the job).
   const char* command = "";
-  bool measure = false;
+  bool measure = false, help = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--measure") == 0) measure = true;
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) help = true;
     if (argv[i][0] == '-' || *command) continue;
     command = argv[i];
     if (std::strcmp(argv[i], "train") == 0) train::install_stop_signal_handlers();
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   // first BLAS call, this may switch OpenBLAS to a better core (blas_kernel.h).
   bool computes = false;
   for (const char* c : {"train", "maxbatch", "bench", "info"}) computes = computes || std::strcmp(command, c) == 0;
-  computes = computes || (std::strcmp(command, "plan") == 0 && measure);
+  computes = (computes || (std::strcmp(command, "plan") == 0 && measure)) && !help;  // help computes nothing
   if (computes) runtime::select_blas_kernel();
   try {
     runtime::Runtime rt(&argc, &argv);
@@ -66,8 +67,12 @@ int main(int argc, char** argv) {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       // Every rank parses the same argv, so every rank reaches here together.
-      if (rt.rank() == 0) code = app.exit(e);
-      else code = e.get_exit_code();
+      if (rt.rank() == 0) {
+        code = app.exit(e);
+        if (const std::string hint = cli::parse_error_hint(e, argc, argv); !hint.empty()) std::fprintf(stderr, "%s\n", hint.c_str());
+      } else {
+        code = e.get_exit_code();
+      }
       return code == 0 ? 0 : kExitUserInput;
     }
     try {

@@ -42,6 +42,7 @@
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
 #include "spec_json.h"
+#include "start_report.h"
 #include "step_logger.h"
 #include "step_result.h"
 #include "text_sampler.h"
@@ -78,6 +79,7 @@ auto out_of_memory_is_user_error(int64_t step, F&& fn) -> decltype(fn()) {
 struct StartPoint {
   LoopPosition pos;
   int64_t resumed_step = -1;  // -1: a fresh start
+  std::string from;           // the checkpoint resumed from
   std::string data_change;    // what differs from the checkpoint's data (allowed by the deck)
 };
 
@@ -130,6 +132,7 @@ StartPoint resume_or_start(const TrainerSettings& s, const RunDirs& run_dirs, ck
       if (rank == 0) meta = ckpt::read_checkpoint_meta(*from);
     });
     sp.resumed_step = sp.pos.step;
+    sp.from = *from;
     if (rank == 0) {
       std::printf("# resumed from %s: step %lld, %lld tokens seen, data epoch %lld position %lld; written by %lld "
                   "ranks (%s, %lld replicate x %lld shard) at %s; loaded %.1f MB in %.2f s\n%s",
@@ -138,9 +141,6 @@ StartPoint resume_or_start(const TrainerSettings& s, const RunDirs& run_dirs, ck
                   static_cast<long long>(meta.world_size), meta.strategy.c_str(),
                   static_cast<long long>(meta.replicate_size), static_cast<long long>(meta.shard_group_size),
                   meta.created.c_str(), io.bytes / 1e6, load_timer.seconds(), notes.c_str());
-      if (sp.pos.step >= s.max_steps)
-        std::printf("# checkpoint step %lld >= train.max_steps %lld: nothing to train\n",
-                    static_cast<long long>(sp.pos.step), static_cast<long long>(s.max_steps));
       std::fflush(stdout);
     }
     return sp;
@@ -207,8 +207,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   const std::string& out_dir = s.out_dir;
 
   if (rt.rank() == 0) {
-    log::info("# shardtrain train: resolved deck (" + d.source() + ")");
-    log::info(d.resolved_toml());
+    log::info(start_summary(d, out_dir));
     std::fputs(schedule_note.c_str(), stdout);
   }
   // Before anything is written: this job's directories are locked and it knows which run it is.
@@ -220,7 +219,6 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   runtime::run_agreed(world, [&] {
     if (rt.rank() == 0) {
       ckpt::check_writable_dir(out_dir, "run.out_dir");  // exit 2 before any training
-      io::write_file_atomic(out_dir + "/deck.resolved.toml", d.resolved_toml());  // IoError: file and reason
     }
   });
 
@@ -309,6 +307,19 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   const StartPoint start = resume_or_start(s, run_dirs, ckpts, engine, optimizer, *data, plan.global_batch, device,
                                            rt.rank(), rt.size(), world, guarantee, data_id);
   LoopPosition pos = start.pos;
+  // A finished run resumed: nothing to do, and nothing of its records (metrics, summary,
+  // resolved deck, checkpoints) may change, so this returns before any of them is opened.
+  if (start.resumed_step >= 0 && nothing_left(pos, s)) {
+    if (rt.rank() == 0) {
+      std::fputs(nothing_to_train_note(pos, s, start.from).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    return kExitOk;
+  }
+  runtime::run_agreed(world, [&] {
+    if (rt.rank() == 0)
+      io::write_file_atomic(out_dir + "/deck.resolved.toml", d.resolved_toml());  // IoError: file and reason
+  });
 
   // ---- the loop's components ----------------------------------------------------------
   std::unique_ptr<MetricsLog> metrics_log;
