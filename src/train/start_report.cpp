@@ -47,7 +47,9 @@ std::string start_summary(const deck::Deck& d, const std::string& out_dir) {
   os << "# resolved deck (every key, defaults included): " << out_dir << "/deck.resolved.toml"
      << (d.get_bool("log.print_deck") ? "" : "; --set log.print_deck=true prints it here") << "\n";
   if (d.get_bool("log.print_deck")) os << resolved;
-  return os.str();
+  std::string text = os.str();
+  if (!text.empty() && text.back() == '\n') text.pop_back();  // log::info adds it
+  return text;
 }
 
 bool nothing_left(const LoopPosition& pos, const TrainerSettings& s) {

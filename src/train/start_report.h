@@ -11,7 +11,7 @@ namespace shardtrain::train {
 
 // "# shardtrain train: DECK ..." lines: the keys the deck and --set give, where the resolved
 // deck is written, and how to print it all (log.print_deck); the whole resolved deck after
-// them when log.print_deck = true.
+// them when log.print_deck = true. No final newline (for log::info).
 std::string start_summary(const deck::Deck& d, const std::string& out_dir);
 
 // True when a resumed position has reached train.max_steps or train.max_tokens.
