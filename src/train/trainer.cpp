@@ -118,7 +118,8 @@ StartPoint resume_or_start(const TrainerSettings& s, const RunDirs& run_dirs, ck
     runtime::run_agreed(world, [&] {
       ST_USER_CHECK(s.allow_data_change, *from, " was trained on other data than data.dataset = '", s.dataset, "': ",
                     data_change, ". Resuming would continue on different data; to do it anyway: --set "
-                    "checkpoint.allow_data_change=true (a warning in the log and metrics), or start a new run");
+                    "checkpoint.allow_data_change=true (a warning in the log and metrics), or start a new run: "
+                    "--set run.name=<another name>");
     });
     sp.data_change = data_change;
     if (rank == 0) log::warn("resuming " + *from + " on other data (checkpoint.allow_data_change = true): " + data_change);
