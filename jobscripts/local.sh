@@ -7,7 +7,9 @@
 #
 # To stop with a checkpoint: `kill <pid of this script>` (SIGTERM), `kill -USR1` or Ctrl-C; the
 # script passes SIGUSR1 to mpirun, which passes it to every rank: they finish the step, write a
-# checkpoint and exit 42 (so does this script). Run the same command again to resume.
+# checkpoint and exit 42 (so does this script). To resume, run the same command again with
+# checkpoint.resume=auto added (a deck that says resume = "never", as the demo decks in inputs/
+# do, would start over without it; with resume = "auto", the default, the same command resumes).
 # Settings (environment): NP (ranks, default 2; -np wins), SHARDTRAIN_BIN, SHARDTRAIN_THREADS
 # (threads per rank; default: the deck's run.threads), SHARDTRAIN_BIND (none | launcher),
 # SHARDTRAIN_LAUNCHER_ARGS (more mpirun arguments, e.g. "--hostfile hosts"). docs/jobscripts.md.

@@ -259,7 +259,8 @@ esac
 # 42: a checkpoint was written on a stop signal and training is not finished.
 say "checkpointed on ${stop_signal:-a signal}, not finished (exit 42) after ${took} s"
 if [ $in_slurm = 0 ]; then
-  say "run the same command again to resume from the checkpoint"
+  # A deck may say resume = "never" (the demo decks do): only resume=auto makes a rerun resume.
+  say "to resume from the checkpoint: run the same command again with checkpoint.resume=auto added (without it, a deck that says resume = \"never\" starts over)"
   exit 42
 fi
 if [ "$stop_signal" = SIGTERM ]; then

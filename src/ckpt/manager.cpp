@@ -20,6 +20,7 @@
 #include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
+#include "shardtrain/util/small_file.h"
 #include "shardtrain/util/timer.h"
 
 namespace fs = std::filesystem;
@@ -174,7 +175,19 @@ void CheckpointManager::finish(const std::string& tmp, const std::string& final_
 
 void CheckpointManager::point_latest(const std::string& final_path) {
   // latest: replaced atomically (tmp + rename), only after the checkpoint itself is in place.
-  io::write_file_atomic((fs::path(dir_) / "latest").string(), fs::path(final_path).filename().string() + "\n");
+  // One that already names the file stays untouched: a resume (of a finished run, too) that
+  // changes nothing rewrites nothing.
+  const std::string latest = (fs::path(dir_) / "latest").string();
+  const std::string text = fs::path(final_path).filename().string() + "\n";
+  std::error_code ec;
+  if (fs::is_regular_file(fs::symlink_status(latest, ec))) {
+    try {
+      if (read_small_file(latest, 4096, "latest") == text) return;
+    } catch (const Error&) {
+      // unreadable: replaced below
+    }
+  }
+  io::write_file_atomic(latest, text);
 }
 
 void CheckpointManager::commit(const std::string& final_path) {

@@ -219,22 +219,37 @@ DirLock::~DirLock() {
   ::close(fd_);
 }
 
-std::string move_aside(const std::string& dir, const std::string& label, const std::vector<std::string>& files) {
-  fs::path base = fs::path(dir) / "previous-runs" / label;
+std::string fresh_previous_run_dir(const std::string& dir, const std::string& label) {
+  const fs::path base = fs::path(dir) / "previous-runs" / label;
   fs::path target = base;
   std::error_code ec;
   for (int i = 2; fs::exists(target, ec); ++i) target = base.string() + "." + std::to_string(i);
+  return target.string();
+}
+
+void move_into(const std::string& target, const std::vector<std::string>& paths) {
+  std::error_code ec;
   fs::create_directories(target, ec);
-  if (ec) throw IoError("cannot create " + target.string() + ": " + ec.message());
-  for (const std::string& f : files) {
-    const fs::path to = target / fs::path(f).filename();
-    io::check_output_path(to.string(), "move_aside target");
+  if (ec) throw IoError("cannot create " + target + ": " + ec.message());
+  std::vector<std::string> parents;
+  for (const std::string& f : paths) {
+    const fs::path to = fs::path(target) / fs::path(f).filename();
+    // A name already there is never replaced (the target is fresh, or a folder made just now).
+    if (fs::exists(fs::symlink_status(to, ec))) throw IoError("cannot move " + f + " to " + to.string() + ": it exists");
     if (std::rename(f.c_str(), to.c_str()) != 0)
       throw IoError("cannot move " + f + " to " + to.string() + ": " + std::strerror(errno));
+    parents.push_back(fs::path(f).parent_path().string());
   }
-  io::fsync_dir(target.string());
-  io::fsync_dir(dir);
-  return target.string();
+  io::fsync_dir(target);
+  std::sort(parents.begin(), parents.end());
+  parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
+  for (const std::string& p : parents) io::fsync_dir(p.empty() ? "." : p);
+}
+
+std::string move_aside(const std::string& dir, const std::string& label, const std::vector<std::string>& files) {
+  const std::string target = fresh_previous_run_dir(dir, label);
+  move_into(target, files);
+  return target;
 }
 
 }  // namespace shardtrain::ckpt

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -80,7 +81,7 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
                     "; give a .safetensors file, an index .json or a model directory");
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (f.fd < 0) throw UserError(what + ": cannot open");
+  if (f.fd < 0) throw UserError(what + ": cannot open (" + std::strerror(errno) + ")");
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw UserError(what + ": cannot stat");
   if (!S_ISREG(st.st_mode)) throw UserError(what + ": not a regular file");
@@ -163,6 +164,11 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
 std::vector<std::string> safetensors_files(const std::string& path) {
   namespace fs = std::filesystem;
   std::string index = path;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec)))
+    throw UserError("safetensors " + path + ": no such file or directory; give a .safetensors file, a "
+                    "model.safetensors.index.json, or a directory that holds model.safetensors or the index (a "
+                    "Hugging Face model directory)");
   if (fs::is_directory(path)) {
     index = (fs::path(path) / "model.safetensors.index.json").string();
     if (!fs::exists(index)) {

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "command.h"
+#include "shardtrain/util/timer.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/runtime/agree.h"
@@ -54,8 +55,12 @@ int run_generate(runtime::Runtime& rt, const GenerateArgs& a) {
       ids.push_back(tok->eot_id());  // a fresh document
     }
   });
+  // Progress on stderr (stdout is the text): a big model takes a while to load and to generate.
+  if (rt.rank() == 0) std::fprintf(stderr, "# generate: loading %s on %d rank%s\n", path.c_str(), rt.size(), rt.size() == 1 ? "" : "s");
+  Timer load_timer;
   auto m = train::open_inference_model(rt.world(), d, path);
   if (rt.rank() == 0) {
+    std::fprintf(stderr, "# generate: loaded in %.1f s\n", load_timer.seconds());
     std::fprintf(stderr, "# generate: %s (step %lld, %s), %d rank%s; temperature %g, top-k %lld, top-p %g, seed %llu\n",
                  path.c_str(), static_cast<long long>(m->state.step), d.get_string("model.arch").c_str(), rt.size(),
                  rt.size() == 1 ? "" : "s", a.sampling.temperature, static_cast<long long>(a.sampling.top_k),
@@ -64,9 +69,19 @@ int run_generate(runtime::Runtime& rt, const GenerateArgs& a) {
   for (int64_t s = 0; s < a.samples; ++s) {
     train::SamplingOptions o = a.sampling;
     o.seed = a.sampling.seed + static_cast<uint64_t>(s);
+    Timer gen_timer;
+    double last_report = 0;
+    auto progress = [&](int64_t n) {  // rank 0: a line every 5 s while it runs
+      if (rt.rank() != 0 || gen_timer.seconds() - last_report < 5) return;
+      last_report = gen_timer.seconds();
+      std::fprintf(stderr, "# generate: %lld of %lld tokens, %.0f s\n", static_cast<long long>(n),
+                   static_cast<long long>(o.max_new_tokens), last_report);
+    };
     const std::vector<int32_t> out =
-        train::generate_tokens(m->net(), ids, tok->vocab_size(), o, m->job.device, rt.world());
+        train::generate_tokens(m->net(), ids, tok->vocab_size(), o, m->job.device, rt.world(), -1, progress);
     if (rt.rank() != 0) continue;
+    std::fprintf(stderr, "# generate: %lld tokens in %.2f s\n", static_cast<long long>(out.size() - ids.size()),
+                 gen_timer.seconds());
     const std::string text = tok->decode(out);  // ids below the tokenizer's vocabulary (choose_token)
     if (a.samples > 1) std::printf("%s--- sample %lld (seed %llu)\n", s ? "\n" : "", static_cast<long long>(s + 1),
                                    static_cast<unsigned long long>(o.seed));

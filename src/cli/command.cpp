@@ -32,6 +32,8 @@ CommandBeforeMpi command_before_mpi(int argc, char** argv) {
       if (std::strcmp(argv[i], flag) == 0) return true;
     return false;
   };
+  // Help computes nothing (and must not wait for a BLAS benchmark before printing).
+  if (on_argv("--help") || on_argv("-h")) return c;
   for (const RegisteredCommand& r : registry()) {
     if (r.word != c.word) continue;
     c.computes = c.computes || r.needs.computes || (r.needs.computes_with && on_argv(r.needs.computes_with));
@@ -65,6 +67,18 @@ deck::Deck load_deck_agreed(const DeckArgs& args, MPI_Comm comm) {
                   "' (resolved-deck hashes differ): is the file identical on every node?");
   });
   return d;
+}
+
+std::string parse_error_hint(const CLI::ParseError& e, int argc, char** argv) {
+  if (!dynamic_cast<const CLI::ExtrasError*>(&e)) return "";
+  std::string sets;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool after_set = i > 1 && std::string(argv[i - 1]) == "--set";
+    if (!after_set && !a.empty() && a[0] != '-' && a.find('=') != std::string::npos && a.find('.') < a.find('='))
+      sets += " --set " + a;
+  }
+  return sets.empty() ? "" : "hint: deck keys are set with --set KEY=VALUE:" + sets;
 }
 
 }  // namespace shardtrain::cli

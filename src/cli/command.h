@@ -66,4 +66,8 @@ void add_deck_args(CLI::App* sub, DeckArgs& args, bool deck_required);
 // the same deck (hash); any problem ends all ranks with one message (exit 2).
 deck::Deck load_deck_agreed(const DeckArgs& args, MPI_Comm comm);
 
+// A line to print after a command-line error, or "": `KEY=VALUE` given as an argument (the
+// jobscripts' form) is a deck override, which the binary takes as `--set KEY=VALUE`.
+std::string parse_error_hint(const CLI::ParseError& e, int argc, char** argv);
+
 }  // namespace shardtrain::cli

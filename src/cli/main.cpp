@@ -56,8 +56,12 @@ int main(int argc, char** argv) {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       // Every rank parses the same argv, so every rank reaches here together.
-      if (rt.rank() == 0) code = app.exit(e);
-      else code = e.get_exit_code();
+      if (rt.rank() == 0) {
+        code = app.exit(e);
+        if (const std::string hint = cli::parse_error_hint(e, argc, argv); !hint.empty()) std::fprintf(stderr, "%s\n", hint.c_str());
+      } else {
+        code = e.get_exit_code();
+      }
       return code == 0 ? 0 : kExitUserInput;
     }
     try {

@@ -260,6 +260,9 @@ std::vector<KeySpec> build_schema() {
     Str("log.metrics_file", "metrics.jsonl", "JSON-lines metrics file, relative to run.out_dir and inside it (no absolute path, no ..); \"\" = none").inside("run.out_dir"),
     Float("log.peak_tflops", 0.0, "peak throughput per rank for MFU (a GPU's datasheet figure); 0 = the CPU's theoretical peak, or a matmul measured at start where that is higher")
         .at_least(0).at_most(1e9).unit("TFLOP/s"),
+    Bool("log.print_deck", false,
+         "train prints the whole resolved deck (every key) at start; false: a short summary (the keys the deck and "
+         "--set give) and the path of <run.out_dir>/deck.resolved.toml, which always holds it"),
 
     // [checkpoint]
     Str("checkpoint.dir", "", "checkpoint directory; \"\" = <run.out_dir>/checkpoints"),

@@ -1,6 +1,7 @@
 // Token and image data sources over the data layer's datasets and samplers.
 #include "data_source.h"
 
+#include <filesystem>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
@@ -177,11 +178,38 @@ class SyntheticSource : public DataSource {
   data::IndexSampler index_;
 };
 
+// This program as the user would type it: relative to the working directory when it lies
+// below it (build/bin/shardtrain), else its absolute path.
+std::string program_as_typed() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "shardtrain";
+  const std::filesystem::path rel = exe.lexically_relative(std::filesystem::current_path(ec));
+  return !ec && !rel.empty() && *rel.begin() != ".." ? rel.string() : exe.string();
+}
+
+// A data.dataset that was never prepared: the error gives the command that prepares it.
+// .data/austen-<tokenizer> and .data/mnist* are the project's own sources; others are the
+// user's corpus.
+void check_prepared(const std::string& dir, bool images, const std::string& tokenizer) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(dir) / "meta.json", ec)) return;
+  const std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
+  const std::string tok = tokenizer.empty() ? "gpt2" : tokenizer;
+  std::string cmd = program_as_typed() + " data prepare ";
+  if (images) cmd += "--source mnist --out " + dir;
+  else if (name.rfind("austen-", 0) == 0) cmd += "--source austen --tokenizer " + name.substr(7) + " --out " + dir;
+  else cmd += "--source <your corpus: JSONL, text, .gz, a directory> --tokenizer " + tok + " --out " + dir;
+  throw UserError("data.dataset '" + dir + "' is not a prepared dataset (no " + dir + "/meta.json). Prepare it with: " +
+                  cmd + "   (docs/data.md)");
+}
+
 }  // namespace
 
 std::unique_ptr<DataSource> open_data(const std::string& dir, const model::ModelSpec& spec,
                                       const data::SamplerConfig& cfg, int64_t seq_len, const DataKeys& keys) {
   if (dir.empty()) return std::make_unique<SyntheticSource>(spec, cfg, seq_len);
+  check_prepared(dir, model::input_kind(spec) == model::InputKind::Images, keys.tokenizer);
   if (model::input_kind(spec) == model::InputKind::Images) return std::make_unique<ImageSource>(dir, spec, cfg);
   auto src = std::make_unique<TokenSource>(dir, spec, cfg, seq_len);
   // The tokenizer and split are fixed when the dataset is prepared: the deck's keys must agree.

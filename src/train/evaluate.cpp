@@ -125,11 +125,24 @@ EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::
   for (int64_t f = rank; f < blocks; f += size) mine += block_items(f);
   std::vector<double> loss(static_cast<size_t>(mine), 0.0), correct(static_cast<size_t>(mine), 0.0);
 
+  // Progress on stderr (stdout is the result line): the start, then a line every 5 s.
+  if (rank == 0)
+    std::fprintf(stderr, "# eval: %lld %s of %s/%s in %lld forwards of %lld (%lld per rank, %d rank%s)\n",
+                 static_cast<long long>(total), images ? "images" : "windows", dir.c_str(), split.c_str(),
+                 static_cast<long long>(blocks), static_cast<long long>(batch), static_cast<long long>(rounds), size,
+                 size == 1 ? "" : "s");
+  double last_report = 0;
+
   torch::autograd::AutoGradMode no_grad(false);
   const bool was_training = net.is_training();
   net.eval();
   int64_t at = 0;  // next slot in loss / correct
   for (int64_t k = 0; k < rounds; ++k) {
+    if (rank == 0 && timer.seconds() - last_report >= 5) {
+      last_report = timer.seconds();
+      std::fprintf(stderr, "# eval: %lld of %lld forwards, %.0f s\n", static_cast<long long>(std::min(blocks, k * size)),
+                   static_cast<long long>(blocks), last_report);
+    }
     const int64_t f = rank + k * size;
     const int64_t real = f < blocks ? block_items(f) : 0, first = f < blocks ? f * batch : 0;
     at::Tensor in, tgt;

@@ -51,6 +51,55 @@ std::string describe(const std::vector<ckpt::StepFile>& files) {
   return s + "; newest " + fs::path(files.front().path).filename().string() + ")";
 }
 
+// The files and folders a run writes in run.out_dir besides its checkpoints (one list: what
+// move_aside moves with them). The lock and previous-runs/ stay.
+std::vector<std::string> run_outputs(const std::string& out_dir, const std::string& metrics_file) {
+  std::vector<std::string> found;
+  for (const std::string& name : {metrics_file, std::string("summary.json"), std::string("deck.resolved.toml"),
+                                  std::string("samples.jsonl"), std::string("eval.json"), std::string("plots")}) {
+    if (name.empty()) continue;
+    const fs::path p = fs::path(out_dir) / name;
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(p, ec);
+    if (fs::is_regular_file(st) || (name == "plots" && fs::is_directory(st))) found.push_back(p.string());
+  }
+  return found;
+}
+
+// checkpoint.previous_run = move_aside: each earlier run moves whole to
+// <out_dir>/previous-runs/<run id>/ (its outputs there, its checkpoints under the same relative
+// path as checkpoint.dir has in out_dir, by default checkpoints/). A checkpoint.dir outside
+// out_dir keeps its own <checkpoint.dir>/previous-runs/<run id>/ (a rename cannot cross file
+// systems). `latest` and run.json go with the directory's run, `owner`.
+void move_previous_runs(const RunDirsRequest& req, const std::string& owner, const std::vector<ckpt::StepFile>& files,
+                        const std::vector<std::string>& outputs, RunDirs& out) {
+  std::map<std::string, std::vector<std::string>> groups;
+  for (const auto& f : files) groups[label_of(f)].push_back(f.path);
+  for (const char* name : {"latest", "run.json"}) {
+    const fs::path p = fs::path(req.checkpoint_dir) / name;
+    if (!files.empty() && fs::is_regular_file(p)) groups[owner].push_back(p.string());
+  }
+  const fs::path rel = fs::path(req.checkpoint_dir).lexically_normal().lexically_relative(fs::path(req.out_dir).lexically_normal());
+  const bool inside = !rel.empty() && *rel.begin() != "..";
+  groups[owner];  // the owner's folder also receives the outputs
+  for (auto& [label, paths] : groups) {
+    const std::string to = ckpt::fresh_previous_run_dir(req.out_dir, label);
+    std::string ckpt_to = !inside ? ckpt::fresh_previous_run_dir(req.checkpoint_dir, label)
+                                  : (rel == "." ? to : (fs::path(to) / rel).string());
+    if (label == owner && !outputs.empty()) {
+      ckpt::move_into(to, outputs);
+      out.notes += "# moved the previous run " + label + "'s outputs to " + to + "\n";
+    }
+    if (!paths.empty()) {
+      ckpt::move_into(ckpt_to, paths);
+      out.notes += "# moved " + std::to_string(paths.size()) + " checkpoint file(s) of run " + label + " to " + ckpt_to +
+                   " (checkpoint.previous_run = move_aside)\n";
+    }
+    for (const std::string& p : paths)
+      if (p == req.resume) out.resume = (fs::path(ckpt_to) / fs::path(p).filename()).string();
+  }
+}
+
 }  // namespace
 
 RunDirs claim_run_dirs(const RunDirsRequest& req, MPI_Comm world) {
@@ -109,39 +158,16 @@ RunDirs claim_run_dirs(const RunDirsRequest& req, MPI_Comm world) {
 
     out.run_id = ckpt::new_run_id();
     out.new_run = true;
-    if (!files.empty()) {
-      if (req.previous_run != "move_aside")
-        throw UserError(why_new + ", but " + req.checkpoint_dir + " holds " + describe(files) +
-                        ", which it would mix with. To continue that run: checkpoint.resume = \"auto\". To start "
-                        "a new run here and keep them: --set checkpoint.previous_run=move_aside (they move to " +
-                        req.checkpoint_dir + "/previous-runs/). Or give this run another run.out_dir / checkpoint.dir");
-      // Each run's files into its own folder; `latest` and run.json go with the directory's
-      // run (or, without a record, with the newest file's run), and so do out_dir's metrics.
-      std::map<std::string, std::vector<std::string>> groups;
-      for (const auto& f : files) groups[label_of(f)].push_back(f.path);
-      const std::string owner = record ? record->run_id : label_of(files.front());
-      for (const char* name : {"latest", "run.json"}) {
-        const fs::path p = fs::path(req.checkpoint_dir) / name;
-        if (fs::is_regular_file(p)) groups[owner].push_back(p.string());
-      }
-      for (auto& [label, paths] : groups) {
-        const std::string to = ckpt::move_aside(req.checkpoint_dir, label, paths);
-        out.notes += "# moved " + std::to_string(paths.size()) + " file(s) of run " + label + " to " + to +
-                     " (checkpoint.previous_run = move_aside)\n";
-        for (const std::string& p : paths)
-          if (p == req.resume) out.resume = (fs::path(to) / fs::path(p).filename()).string();
-      }
-      std::vector<std::string> outputs;
-      for (const std::string& name : {req.metrics_file, std::string("summary.json"), std::string("deck.resolved.toml")}) {
-        if (name.empty()) continue;
-        const fs::path p = fs::path(req.out_dir) / name;
-        if (fs::is_regular_file(p)) outputs.push_back(p.string());
-      }
-      if (!outputs.empty()) {
-        const std::string to = ckpt::move_aside(req.out_dir, owner, outputs);
-        out.notes += "# moved that run's metrics to " + to + "\n";
-      }
-    }
+    const std::vector<std::string> outputs = run_outputs(req.out_dir, req.metrics_file);
+    if (!files.empty() && req.previous_run != "move_aside")
+      throw UserError(why_new + ", but " + req.checkpoint_dir + " holds " + describe(files) +
+                      ", which it would mix with. To continue that run: checkpoint.resume = \"auto\". To start "
+                      "a new run here and keep them: --set checkpoint.previous_run=move_aside (the whole run moves "
+                      "to " + req.out_dir + "/previous-runs/<its run id>/). Or give this run another run.name or "
+                      "run.out_dir / checkpoint.dir");
+    if (req.previous_run == "move_aside" && (!files.empty() || !outputs.empty()))
+      move_previous_runs(req, record ? record->run_id : files.empty() ? "no-run-id" : label_of(files.front()), files,
+                         outputs, out);
     ckpt::write_run_record(req.checkpoint_dir, ckpt::this_process_record(out.run_id));
   });
   bcast(out.run_id, world);

@@ -60,7 +60,7 @@ int32_t choose_token(const std::vector<float>& logits, int64_t vocab, const Samp
 
 std::vector<int32_t> generate_tokens(model::Model& net, std::vector<int32_t> context, int64_t vocab,
                                      const SamplingOptions& o, const c10::Device& device, MPI_Comm world,
-                                     int32_t stop_id) {
+                                     int32_t stop_id, const std::function<void(int64_t generated)>& after_token) {
   ST_CHECK(!context.empty(), "generate_tokens: empty context");
   torch::autograd::AutoGradMode no_grad(false);
   const bool was_training = net.is_training();
@@ -82,6 +82,7 @@ std::vector<int32_t> generate_tokens(model::Model& net, std::vector<int32_t> con
     }
     ST_MPI_CHECK(MPI_Bcast(&next, 1, MPI_INT32_T, 0, world));
     context.push_back(next);
+    if (after_token) after_token(i + 1);
     if (stop_id >= 0 && next == stop_id) break;
   }
   if (was_training) net.train();

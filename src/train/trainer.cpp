@@ -41,6 +41,8 @@
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
+#include "spec_json.h"
+#include "start_report.h"
 #include "step_logger.h"
 #include "step_result.h"
 #include "text_sampler.h"
@@ -53,6 +55,7 @@ namespace {
 struct StartPoint {
   LoopPosition pos;
   int64_t resumed_step = -1;  // -1: a fresh start
+  std::string from;           // the checkpoint resumed from
   std::string data_change;    // what differs from the checkpoint's data (allowed by the deck)
 };
 
@@ -110,7 +113,8 @@ StartPoint resume_or_start(const StartContext& c) {
     runtime::run_agreed(world, [&] {
       ST_USER_CHECK(s.allow_data_change, *from, " was trained on other data than data.dataset = '", s.dataset, "': ",
                     data_change, ". Resuming would continue on different data; to do it anyway: --set "
-                    "checkpoint.allow_data_change=true (a warning in the log and metrics), or start a new run");
+                    "checkpoint.allow_data_change=true (a warning in the log and metrics), or start a new run: "
+                    "--set run.name=<another name>");
     });
     sp.data_change = data_change;
     if (rank == 0) log::warn("resuming " + *from + " on other data (checkpoint.allow_data_change = true): " + data_change);
@@ -124,6 +128,7 @@ StartPoint resume_or_start(const StartContext& c) {
       if (rank == 0) meta = ckpt::read_checkpoint_meta(*from);
     });
     sp.resumed_step = sp.pos.step;
+    sp.from = *from;
     if (rank == 0) {
       std::printf("# resumed from %s: step %lld, %lld tokens seen, data epoch %lld position %lld; written by %lld "
                   "ranks (%s, %lld replicate x %lld shard) at %s; loaded %.1f MB in %.2f s\n%s",
@@ -132,9 +137,6 @@ StartPoint resume_or_start(const StartContext& c) {
                   static_cast<long long>(meta.world_size), meta.strategy.c_str(),
                   static_cast<long long>(meta.replicate_size), static_cast<long long>(meta.shard_group_size),
                   meta.created.c_str(), io.bytes / 1e6, load_timer.seconds(), notes.c_str());
-      if (sp.pos.step >= s.max_steps)
-        std::printf("# checkpoint step %lld >= train.max_steps %lld: nothing to train\n",
-                    static_cast<long long>(sp.pos.step), static_cast<long long>(s.max_steps));
       std::fflush(stdout);
     }
     return sp;
@@ -164,12 +166,11 @@ StartPoint resume_or_start(const StartContext& c) {
 
 
 // Before anything is written: this job's directories are locked and it knows which run it is;
-// rank 0 prints the resolved deck and writes it to the run's directory.
+// rank 0 prints a summary of the deck (the resolved deck is written once there is something to train).
 RunDirs claim_outputs(const deck::Deck& d, const RunSettings& rs, int rank, MPI_Comm world) {
   const TrainerSettings& s = rs.loop;
   if (rank == 0) {
-    log::info("# shardtrain train: resolved deck (" + d.source() + ")");
-    log::info(d.resolved_toml());
+    log::info(start_summary(d, s.out_dir));
     std::fputs(rs.schedule_note.c_str(), stdout);
   }
   RunDirs run_dirs = claim_run_dirs({s.out_dir, s.ckpt_dir, s.resume, s.previous_run, s.metrics_file}, world);
@@ -180,7 +181,6 @@ RunDirs claim_outputs(const deck::Deck& d, const RunSettings& rs, int rank, MPI_
   runtime::run_agreed(world, [&] {
     if (rank == 0) {
       ckpt::check_writable_dir(s.out_dir, "run.out_dir");  // exit 2 before any training
-      io::write_file_atomic(s.out_dir + "/deck.resolved.toml", d.resolved_toml());  // IoError: file and reason
     }
   });
   return run_dirs;
@@ -288,6 +288,43 @@ bool training_finished(const TrainerSettings& s, const LoopPosition& p) {
 
 }  // namespace
 
+// open_sharded_job with its collectives watched (a cut link ends the job with exit 3).
+ShardedJob open_watched_job(MPI_Comm world, const deck::Deck& d) {
+  runtime::BlockingRegion region(world, "setup.groups");
+  return open_sharded_job(world, d);
+}
+
+ckpt::SaveOptions save_options(const TrainerSettings& s) {
+  ckpt::SaveOptions o;
+  o.stuck_seconds = s.write_deadline_s;
+  return o;
+}
+
+// The final state holds NaN/Inf (train.on_nonfinite = "continue" let it through): no final checkpoint.
+int nonfinite_at_end(int rank) {
+  if (rank == 0)
+    log::error(log::fmt("training ended with NaN/Inf in the weights or optimizer state (train.on_nonfinite = "
+                        "\"continue\"): no final checkpoint; exit ", int(kExitDiverged)));
+  return kExitDiverged;
+}
+
+// A resumed run with no step left: rank 0 says so and how to go on.
+bool finished_already(const StartPoint& start, const TrainerSettings& s, int rank) {
+  if (start.resumed_step < 0 || !nothing_left(start.pos, s)) return false;
+  if (rank == 0) {
+    std::fputs(nothing_to_train_note(start.pos, s, start.from).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  return true;
+}
+
+// The resolved deck beside the run's records (written only when this job trains).
+void write_resolved_deck(const deck::Deck& d, const std::string& out_dir, int rank, MPI_Comm world) {
+  runtime::run_agreed(world, [&] {
+    if (rank == 0) io::write_file_atomic(out_dir + "/deck.resolved.toml", d.resolved_toml());  // IoError: file and reason
+  });
+}
+
 int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   MPI_Comm world = rt.world();
   install_alloc_tracker();  // every CPU tensor allocation from here on (peak_tensor_bytes)
@@ -296,9 +333,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   // Collectives outside the engine's communicators are blocking regions under the watchdog from here.
   const std::unique_ptr<comm::RegionWatch> watch_world = comm::watch_regions(world, "world", d.get_float("comm.timeout_s"));
   // Topology, mesh, device, communicators, the model on meta; then every other key, read once.
-  std::optional<runtime::BlockingRegion> opening(std::in_place, world, "setup.groups");
-  ShardedJob job = open_sharded_job(world, d);
-  opening.reset();
+  ShardedJob job = open_watched_job(world, d);
   const c10::Device device = job.device;
   c10::OptionalDeviceGuard device_guard(device.is_cuda() ? c10::optional<c10::Device>(device) : c10::nullopt);
   const RunSettings rs = run_settings_from_deck(d, job, world);
@@ -314,16 +349,16 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   const ThroughputModel tput = throughput_model(rs, *data.source, *job.net, peak, optimizer);
   if (rt.rank() == 0) print_run_banner(job, rs, *data.source, engine, wrap_timer, peak, rt.size());
 
-  // Checkpoints: preflight (writable, room for one: exit 2 now, not after training), then
-  // resume or start.
-  ckpt::SaveOptions save_opts;
-  save_opts.stuck_seconds = s.write_deadline_s;
-  ckpt::CheckpointManager ckpts(s.ckpt_dir, s.keep_last, world, s.async, save_opts, run_dirs.run_id);
+  // Checkpoints: preflight (writable, room for one: exit 2 now, not after training), resume or start.
+  ckpt::CheckpointManager ckpts(s.ckpt_dir, s.keep_last, world, s.async, save_options(s), run_dirs.run_id);
   const ckpt::CheckpointInfo info = checkpoint_info(job, d);
   const std::string guarantee = run_guarantee(rs, job);
   ckpt::preflight(ckpts.dir(), engine, optimizer, info, world);
   const StartPoint start = resume_or_start({s, run_dirs, ckpts, engine, optimizer, *data.source, rs.batch.global_batch,
                                             device, rt.rank(), rt.size(), world, guarantee, data.identity});
+  // A finished run resumed changes none of its records: this returns before any is opened.
+  if (finished_already(start, s, rt.rank())) return kExitOk;
+  write_resolved_deck(d, s.out_dir, rt.rank(), world);
 
   // The loop's components, each deciding when to act.
   const std::unique_ptr<MetricsLog> metrics_log = open_metrics(s, start.resumed_step, rt.rank(), world);
@@ -361,12 +396,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
       break;
     }
   }
-  if (!checkpointer.finish(pos, /*save_final=*/!diverged)) {
-    if (rt.rank() == 0)
-      log::error(log::fmt("training ended with NaN/Inf in the weights or optimizer state (train.on_nonfinite = "
-                          "\"continue\"): no final checkpoint; exit ", int(kExitDiverged)));
-    exit_code = kExitDiverged;
-  }
+  if (!checkpointer.finish(pos, /*save_final=*/!diverged)) exit_code = nonfinite_at_end(rt.rank());
   metrics.write_summary(s.out_dir + "/summary.json", 2, logger.last_loss(), validator.last_loss(),
                         validator.last_accuracy(), !data.source->classification());
   return exit_code;

@@ -32,6 +32,9 @@ if(TARGET shardtrain)
   add_train_e2e_test(e2e_train_data_keys data_keys.sh 2 "data")
   add_train_e2e_test(e2e_train_ownership ownership.sh 2 "ckpt;fault")
   add_train_e2e_test(e2e_train_divergence divergence.sh 2 "ckpt;fault")
+  # A new user's first hour (issue 29): nothing-to-train changes no file, move_aside moves the
+  # whole run, the console's deck summary, --help without the benchmark, errors with their fix.
+  add_train_e2e_test(e2e_train_newcomer newcomer.sh 2 "docs;ckpt")
   # Hosts of 2 + 1 ranks: strategies over all ranks train, hybrid ones are refused (issue #27).
   add_train_e2e_test(e2e_train_unequal_hosts unequal_hosts.sh 3 "fsdp")
   # data prepare on JSONL / gzip / text corpora: the same bytes at 1, 2, 4 ranks and 1 or 3 threads.

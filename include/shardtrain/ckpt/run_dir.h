@@ -62,4 +62,12 @@ class DirLock {
 // the file that could not be moved.
 std::string move_aside(const std::string& dir, const std::string& label, const std::vector<std::string>& files);
 
+// `<dir>/previous-runs/<label>`, or `<label>.2`, `.3`, ... : the first name not in use.
+std::string fresh_previous_run_dir(const std::string& dir, const std::string& label);
+
+// Renames each of `paths` (files or folders) into `target` (created with its parents), keeping
+// its name; a name already in `target` is never replaced. IoError naming the path that could
+// not be moved.
+void move_into(const std::string& target, const std::vector<std::string>& paths);
+
 }  // namespace shardtrain::ckpt

@@ -2,6 +2,7 @@
 // a seeded generator of its own, greedy decoding at temperature 0. What `shardtrain generate`
 // and the trainer's samples (train.sample_every) run.
 #pragma once
+#include <functional>
 #include <c10/core/Device.h>
 #include <mpi.h>
 
@@ -37,6 +38,7 @@ int32_t choose_token(const std::vector<float>& logits, int64_t vocab, const Samp
 // the same tokens. Stops early after `stop_id` (>= 0) when it is generated.
 std::vector<int32_t> generate_tokens(model::Model& net, std::vector<int32_t> context, int64_t vocab,
                                      const SamplingOptions& o, const c10::Device& device, MPI_Comm world,
-                                     int32_t stop_id = -1);
+                                     int32_t stop_id = -1,
+                                     const std::function<void(int64_t generated)>& after_token = {});
 
 }  // namespace shardtrain::train

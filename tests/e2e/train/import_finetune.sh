@@ -141,5 +141,5 @@ grep -q "nope.safetensors" "$T/bad2.log" || { cat "$T/bad2.log"; fail "missing f
 [ ! -e "$T/bad.h5" ] && [ ! -e "$T/bad.h5.tmp" ] || fail "a failed import left a file behind"
 train 3 "$T/B" "${COMMON[@]}" --set train.max_steps=1 --set "checkpoint.init_from=$T/missing.safetensors"
 [ "$RC" = 2 ] || { tail "$T/B.log"; fail "init_from a missing file exited $RC, expected 2"; }
-grep -q "safetensors .*missing.safetensors: cannot open" "$T/B.log" || { tail "$T/B.log"; fail "init_from: missing file not named"; }
+grep -q "safetensors .*missing.safetensors: no such file or directory" "$T/B.log" || { tail "$T/B.log"; fail "init_from: missing file not named"; }
 note "OK: import is exact, init_from == resume from the import, bad input refused"

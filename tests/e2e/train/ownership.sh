@@ -83,8 +83,10 @@ train_ok $NP "$T/A" "${EVERY[@]}" --set train.max_steps=4 --set checkpoint.resum
   --set checkpoint.previous_run=move_aside
 RUN_B=$(sed -n 's/.*"run_id": "\(.*\)".*/\1/p' "$C/run.json")
 [ -n "$RUN_B" ] && [ "$RUN_B" != "$RUN_A" ] || fail "no new run id after move_aside ($RUN_B)"
-[ -f "$C/previous-runs/$RUN_A/step_00000014.h5" ] || { find "$C"; fail "A's step 14 not in previous-runs/$RUN_A"; }
-[ -f "$C/previous-runs/19990101T000000Z-00000000/step_00000050.h5" ] || fail "the foreign file was not moved to its own run's folder"
+# The whole run moves to out_dir/previous-runs/<id>/, its checkpoints under checkpoints/ there.
+[ -f "$T/A/previous-runs/$RUN_A/checkpoints/step_00000014.h5" ] || { find "$T/A"; fail "A's step 14 not in previous-runs/$RUN_A/checkpoints"; }
+[ -f "$T/A/previous-runs/$RUN_A/checkpoints/run.json" ] || fail "A's run record did not move with its checkpoints"
+[ -f "$T/A/previous-runs/19990101T000000Z-00000000/checkpoints/step_00000050.h5" ] || fail "the foreign file was not moved to its own run's folder"
 [ -f "$T/A/previous-runs/$RUN_A/metrics.jsonl" ] || fail "A's metrics were not moved aside"
 [ "$(ls "$C" | grep -c '^step_.*\.h5$')" = 2 ] || { ls "$C"; fail "B should hold steps 2 and 4 only"; }
 : > "$T/A.log"
