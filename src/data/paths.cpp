@@ -24,7 +24,7 @@ std::string installed_share_dir() {
   // SHARDTRAIN_INSTALL_SHARE: <datadir>/shardtrain relative to <bindir> (src/data/CMakeLists.txt).
   const std::string exe_dir = executable_dir();
   if (exe_dir.empty()) return "";
-  const std::string share = exe_dir + "/" SHARDTRAIN_INSTALL_SHARE;
+  const std::string share = (std::filesystem::path(exe_dir) / SHARDTRAIN_INSTALL_SHARE).lexically_normal().string();
   std::error_code ec;
   return std::filesystem::is_directory(share + "/jobscripts", ec) ? share : "";
 }

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/meta.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
