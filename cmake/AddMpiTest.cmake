@@ -47,6 +47,9 @@ function(shardtrain_library layer)
   endif()
   add_library(shardtrain_${layer} STATIC ${L_SOURCES})
   add_library(shardtrain::${layer} ALIAS shardtrain_${layer})
+  # Installed as shardtrain::<layer> too (find_package(shardtrain); see src/install.cmake).
+  set_target_properties(shardtrain_${layer} PROPERTIES EXPORT_NAME ${layer})
+  set_property(GLOBAL APPEND PROPERTY SHARDTRAIN_LAYER_TARGETS shardtrain_${layer})
   shardtrain_expose_headers(shardtrain_${layer} PUBLIC ${L_HEADERS})
   target_link_libraries(shardtrain_${layer} PUBLIC ${L_DEPS})
   if(L_TORCH)
@@ -61,7 +64,7 @@ endfunction()
 # to include/shardtrain/<dir> (or, with files, a directory of links to just those headers). A
 # target sees the directories of the targets it links, so `#include "shardtrain/<dir>/x.h"` keeps
 # its spelling and compiles where the CMake graph declares the dependency, and fails ("No such
-# file or directory") where it does not.
+# file or directory") where it does not. Installed, every layer's headers are in <prefix>/include.
 function(shardtrain_expose_headers target scope dir)
   set(root ${PROJECT_BINARY_DIR}/layer_include/${target})
   if(ARGN)
@@ -73,10 +76,31 @@ function(shardtrain_expose_headers target scope dir)
     file(MAKE_DIRECTORY ${root}/shardtrain)
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/include/shardtrain/${dir} ${root}/shardtrain/${dir} SYMBOLIC)
   endif()
-  target_include_directories(${target} ${scope} ${root})
+  target_include_directories(${target} ${scope} $<BUILD_INTERFACE:${root}> $<INSTALL_INTERFACE:include>)
 endfunction()
 
-# Gives a target the precompiled torch header.
+# Gives a target the precompiled torch header. It is compiled once, by shardtrain_torch_pch_pic
+# (static libraries) or shardtrain_torch_pch_pie (executables), and reused: every target
+# compiling its own copy cost ~25 s each (7 for the binary alone, ~25 with the tests). GCC checks
+# at each use that the flags that matter (-fPIC / -fPIE, -std, the macros the header uses) agree,
+# and -Winvalid-pch says so if they do not.
 function(shardtrain_torch_pch target)
-  target_precompile_headers(${target} PRIVATE ${PROJECT_SOURCE_DIR}/cmake/torch_pch.h)
+  if(NOT TARGET shardtrain_torch_pch_pic)
+    foreach(kind pic pie)
+      add_library(shardtrain_torch_pch_${kind} OBJECT ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cpp)
+      target_link_libraries(shardtrain_torch_pch_${kind} PRIVATE shardtrain::torch)
+      target_precompile_headers(shardtrain_torch_pch_${kind} PRIVATE ${PROJECT_SOURCE_DIR}/cmake/torch_pch.h)
+    endforeach()
+    # Executables are compiled -fPIE (POSITION_INDEPENDENT_CODE), libraries -fPIC. The binary's
+    # commands all parse CLI11 (~2 s each): the executables' header has it too.
+    set_target_properties(shardtrain_torch_pch_pie PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+    target_compile_options(shardtrain_torch_pch_pie PRIVATE -fPIE)
+    target_precompile_headers(shardtrain_torch_pch_pie PRIVATE <CLI/CLI.hpp>)
+  endif()
+  get_target_property(type ${target} TYPE)
+  if(type STREQUAL "EXECUTABLE")
+    target_precompile_headers(${target} REUSE_FROM shardtrain_torch_pch_pie)
+  else()
+    target_precompile_headers(${target} REUSE_FROM shardtrain_torch_pch_pic)
+  endif()
 endfunction()

@@ -1,24 +1,14 @@
 # Finds every dependency and exposes it as an imported target with sane properties.
-find_package(MPI REQUIRED COMPONENTS C CXX)
-find_package(Threads REQUIRED)
-
-# Parallel HDF5 (Debian: libhdf5-openmpi-dev). Prefer the MPI flavour explicitly.
-set(HDF5_PREFER_PARALLEL ON)
-if(EXISTS /usr/lib/x86_64-linux-gnu/hdf5/openmpi AND NOT HDF5_ROOT)
-  set(HDF5_ROOT /usr/lib/x86_64-linux-gnu/hdf5/openmpi)
+# The libraries (MPI, HDF5, libtorch, Kokkos, toml++, JSON, zlib, PCRE2, ICU): the same file the
+# installed CMake package uses (shardtrainConfig.cmake).
+include(shardtrainFindDependencies)
+# CLI11: the binary's command line only (not a dependency of the layers, nor of the package).
+find_package(CLI11 QUIET)
+if(NOT TARGET CLI11::CLI11)
+  find_path(CLI11_INCLUDE CLI/CLI.hpp REQUIRED)
+  add_library(CLI11::CLI11 INTERFACE IMPORTED)
+  set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${CLI11_INCLUDE})
 endif()
-find_package(HDF5 REQUIRED COMPONENTS C)
-if(NOT HDF5_IS_PARALLEL)
-  message(FATAL_ERROR "shardtrain needs a parallel (MPI) HDF5; found a serial one at ${HDF5_INCLUDE_DIRS}")
-endif()
-add_library(shardtrain_hdf5 INTERFACE)
-target_include_directories(shardtrain_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
-target_link_libraries(shardtrain_hdf5 INTERFACE ${HDF5_C_LIBRARIES} MPI::MPI_C)
-target_compile_definitions(shardtrain_hdf5 INTERFACE ${HDF5_DEFINITIONS})
-add_library(shardtrain::hdf5 ALIAS shardtrain_hdf5)
-
-# libtorch: Debian's CPU 1.13 by default, any 2.x with -DTorch_DIR=...
-find_package(Torch REQUIRED)
 # The C++ standard follows the libtorch found: its headers refuse C++17 from 2.14 on ("C++20 or
 # later compatible compiler is required to use ATen"; PyTorch's release notes: 2.13 builds as
 # C++17, 2.14 needs C++20). Older ones keep C++17, the standard the code is tested in here.
@@ -32,10 +22,6 @@ else()
   set(CMAKE_CXX_STANDARD 17)
 endif()
 message(STATUS "shardtrain: C++${CMAKE_CXX_STANDARD} for libtorch ${Torch_VERSION}")
-add_library(shardtrain_torch INTERFACE)
-target_link_libraries(shardtrain_torch INTERFACE ${TORCH_LIBRARIES})
-target_include_directories(shardtrain_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
-add_library(shardtrain::torch ALIAS shardtrain_torch)
 # A libtorch built with CUDA (a PyTorch wheel's) defines C10_CUDA_LIBRARY / TORCH_CUDA_LIBRARIES;
 # then the engine's CUDA paths (src/fsdp/device.cpp: c10::cuda streams, allocator statistics)
 # are compiled in. Debian's libtorch is CPU-only.
@@ -43,28 +29,6 @@ set(SHARDTRAIN_TORCH_CUDA OFF)
 if(C10_CUDA_LIBRARY OR TORCH_CUDA_LIBRARIES)
   set(SHARDTRAIN_TORCH_CUDA ON)
 endif()
-
-# Kokkos: Debian's target points at /usr/lib/include; the headers live beside Trilinos'.
-find_package(Kokkos REQUIRED)
-find_path(SHARDTRAIN_KOKKOS_INCLUDE Kokkos_Core.hpp PATHS /usr/include/trilinos ${Kokkos_DIR}/../../../include NO_DEFAULT_PATH)
-if(NOT SHARDTRAIN_KOKKOS_INCLUDE)
-  find_path(SHARDTRAIN_KOKKOS_INCLUDE Kokkos_Core.hpp PATH_SUFFIXES trilinos REQUIRED)
-endif()
-set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${SHARDTRAIN_KOKKOS_INCLUDE}")
-
-find_package(tomlplusplus QUIET)
-if(NOT TARGET tomlplusplus::tomlplusplus)
-  find_path(TOMLPP_INCLUDE toml++/toml.h REQUIRED)
-  add_library(tomlplusplus::tomlplusplus INTERFACE IMPORTED)
-  set_target_properties(tomlplusplus::tomlplusplus PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${TOMLPP_INCLUDE})
-endif()
-find_package(CLI11 QUIET)
-if(NOT TARGET CLI11::CLI11)
-  find_path(CLI11_INCLUDE CLI/CLI.hpp REQUIRED)
-  add_library(CLI11::CLI11 INTERFACE IMPORTED)
-  set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${CLI11_INCLUDE})
-endif()
-find_package(nlohmann_json REQUIRED)
 
 # CUDA / NCCL: AUTO turns them on when present, so CI always compiles the NCCL backend.
 set(SHARDTRAIN_HAVE_CUDA OFF)

@@ -17,7 +17,8 @@
 #   run-training.sh [DECK] [key=value | --set key=value]...
 # Settings, from the environment (the jobscripts set them in their "edit here" block):
 #   SHARDTRAIN_DECK           the deck when no DECK argument is given
-#   SHARDTRAIN_BIN            the shardtrain binary (default: build/bin/shardtrain of this checkout)
+#   SHARDTRAIN_BIN            the shardtrain binary (default: build/bin/shardtrain of this checkout,
+#                             or <prefix>/bin/shardtrain of an install; the module sets it)
 #   SHARDTRAIN_LAUNCHER       srun | mpirun (default: srun inside Slurm, mpirun outside)
 #   SHARDTRAIN_LAUNCHER_ARGS  more launcher arguments, split at spaces (e.g. "--mpi=pmix")
 #   SHARDTRAIN_NP             ranks (default: $SLURM_NTASKS; required outside Slurm)
@@ -69,6 +70,8 @@ done
 
 # ---- settings -------------------------------------------------------------------------------
 bin=${SHARDTRAIN_BIN:-$here/../build/bin/shardtrain}
+# Installed (cmake --install: <prefix>/share/shardtrain/jobscripts), the binary is <prefix>/bin's.
+[ -n "${SHARDTRAIN_BIN:-}" ] || [ -x "$bin" ] || [ ! -x "$here/../../../bin/shardtrain" ] || bin=$here/../../../bin/shardtrain
 [ -x "$bin" ] || die "no shardtrain binary at '$bin' (build it, or set SHARDTRAIN_BIN)"
 bin=$(readlink -f "$bin")   # absolute: srun steps may run without PATH or elsewhere
 launcher=${SHARDTRAIN_LAUNCHER:-}

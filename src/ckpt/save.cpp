@@ -1,7 +1,6 @@
 // save_snapshot: create every dataset collectively, write each rank's pieces, digest, commit.
 #include <fcntl.h>
 #include <hdf5.h>
-#include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/preflight.h"
+#include "shardtrain/ckpt/versions.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/runtime/runtime.h"
@@ -42,17 +42,9 @@ nlohmann::json rank0_metadata(const TrainState& st, const CheckpointInfo& info, 
     std::tm tm{};
     gmtime_r(&t, &tm);
     std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    unsigned a, b, c;
-    H5get_libversion(&a, &b, &c);
-    char mpiver[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    MPI_Get_library_version(mpiver, &len);
-    std::string mpi(mpiver, len);
-    mpi = mpi.substr(0, mpi.find_first_of(",\n"));
     nlohmann::json j;
     j[attr::kCreated] = created;
-    j[attr::kLibraryVersions] = std::string("shardtrain ") + SHARDTRAIN_VERSION + "; libtorch " + TORCH_VERSION + "; HDF5 " +
-                    std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(c) + "; " + mpi;
+    j[attr::kLibraryVersions] = software_versions();
     j[attr::kStep] = st.step;
     j[attr::kTokensSeen] = st.tokens_seen;
     j[attr::kLrStep] = st.lr_step;

@@ -1,7 +1,5 @@
 // `shardtrain info`: versions, topology and the device mesh as a rank table.
-#include <hdf5.h>
 #include <mpi.h>
-#include <torch/version.h>
 
 #include <cstdio>
 #include <sstream>
@@ -9,6 +7,7 @@
 #include <vector>
 
 #include "command.h"
+#include "shardtrain/ckpt/versions.h"
 #include "shardtrain/comm/comm.h"
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/fsdp/strategy_comms.h"
@@ -55,18 +54,10 @@ int run_info(runtime::Runtime& rt, const DeckArgs& args) {
   ST_MPI_CHECK(MPI_Gather(row, kRow, MPI_CHAR, all.data(), kRow, MPI_CHAR, 0, rt.world()));
   if (rt.rank() != 0) return 0;
 
-  unsigned h5maj, h5min, h5rel;
-  H5get_libversion(&h5maj, &h5min, &h5rel);
-  char mpiver[MPI_MAX_LIBRARY_VERSION_STRING];
-  int len = 0;
-  MPI_Get_library_version(mpiver, &len);
-  std::string mpi_line(mpiver, len);
-  mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
-  std::string nccl = comm::nccl_version_string();
-  std::printf("shardtrain %s\n", SHARDTRAIN_VERSION);
-  std::printf("  libtorch %s (%s), %s, HDF5 %u.%u.%u (parallel), NCCL %s\n", TORCH_VERSION,
-              fsdp::torch_built_with_cuda() ? "CUDA" : "CPU only", mpi_line.c_str(), h5maj, h5min, h5rel,
-              nccl.empty() ? "not built" : nccl.c_str());
+  // The same line as --version and every checkpoint's library_versions, then what it means here.
+  std::printf("%s\n", ckpt::software_versions().c_str());
+  std::printf("  libtorch %s, NCCL %s\n", fsdp::torch_built_with_cuda() ? "with CUDA" : "CPU only",
+              comm::nccl_version_string().empty() ? "not built" : "built");
   const CpuIsa& isa = cpu_isa();
   std::printf("  CPU %s (family %d model %d, %s, %.2f GHz); theoretical peak per core %.0f GFLOP/s fp32, %.0f bf16\n",
               isa.model_name.c_str(), isa.family, isa.model, isa.isa_name().c_str(), isa.clock_ghz,

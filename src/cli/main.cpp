@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "command.h"
+#include "shardtrain/ckpt/versions.h"
 #include "shardtrain/runtime/blas_kernel.h"
 #include "shardtrain/runtime/runtime.h"
 #include "shardtrain/train/setup.h"
@@ -40,7 +41,8 @@ int main(int argc, char** argv) {
     CLI::App app{"shardtrain: fully sharded data-parallel training (FSDP / ZeRO-3, hybrid "
                  "sharding) as an MPI job"};
     app.require_subcommand(1);
-    app.set_version_flag("--version", std::string("shardtrain ") + SHARDTRAIN_VERSION);
+    // One line: version, git revision, libtorch, MPI, HDF5 (and CUDA, NCCL when built with them).
+    app.set_version_flag("--version", ckpt::software_versions());
     // `train` under jobscripts/run-training.sh: every rank is in MPI, so every rank's stop
     // handler is installed; rank 0 says so (the script holds a stop signal until then).
     if (command.early_stop_signals && std::getenv("SHARDTRAIN_READY_FILE")) announce_ready(rt);

@@ -14,8 +14,24 @@
 
 namespace shardtrain::data {
 
+std::string executable_dir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : exe.parent_path().string();
+}
+
+std::string installed_share_dir() {
+  // SHARDTRAIN_INSTALL_SHARE: <datadir>/shardtrain relative to <bindir> (src/data/CMakeLists.txt).
+  const std::string exe_dir = executable_dir();
+  if (exe_dir.empty()) return "";
+  const std::string share = (std::filesystem::path(exe_dir) / SHARDTRAIN_INSTALL_SHARE).lexically_normal().string();
+  std::error_code ec;
+  return std::filesystem::is_directory(share + "/jobscripts", ec) ? share : "";
+}
+
 std::string default_data_dir() {
   if (const char* d = std::getenv("SHARDTRAIN_DATA_DIR"); d && *d) return d;
+  if (std::string share = installed_share_dir(); !share.empty()) return share + "/data";
   return std::string(SHARDTRAIN_SOURCE_DIR) + "/.data";
 }
 std::string gpt2_dir(const std::string& data_dir) { return data_dir + "/gpt2"; }

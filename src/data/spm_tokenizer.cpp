@@ -30,18 +30,18 @@ struct Shim {
   int (*decode)(const void*, const int*, std::size_t, void*, char*, std::size_t);
 };
 
-// Opens the module once: next to the running executable, else where the build put it.
+// Opens the module once.
 const Shim& shim() {
   static Shim s{};
   static std::string error;
   static std::once_flag once;
   std::call_once(once, [] {
+    // Beside the executable (the build tree's bin/), in an install's <libdir>/shardtrain, else
+    // where this build put it.
     std::vector<std::string> candidates;
-    char exe[4096];
-    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-      std::string dir(exe, static_cast<std::size_t>(n));
-      candidates.push_back(dir.substr(0, dir.rfind('/')) + "/shardtrain_spm_shim.so");
+    if (const std::string dir = executable_dir(); !dir.empty()) {
+      candidates.push_back(dir + "/shardtrain_spm_shim.so");
+      candidates.push_back(dir + "/" SHARDTRAIN_INSTALL_SHIM);
     }
     candidates.push_back(SHARDTRAIN_SPM_SHIM);
     void* h = nullptr;

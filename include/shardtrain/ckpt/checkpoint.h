@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/meta.h"  // CheckpointMeta, read_checkpoint_meta
 #include "shardtrain/ckpt/snapshot.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
@@ -91,15 +92,5 @@ TrainState read_train_state(const std::string& path);
 // float32 datasets, that no value is NaN or Inf (a diverged run's state restores nothing useful).
 // UserError naming the file and the first bad dataset.
 void verify_checkpoint(const std::string& path, MPI_Comm world);
-
-// The root attributes, read by one process (no MPI-IO). UserError if not a checkpoint.
-struct CheckpointMeta {
-  int64_t version = 0, step = 0, tokens_seen = 0, world_size = 0, shard_group_size = 0, replicate_size = 0;
-  std::string strategy, created, library_versions, model_spec_json, deck_text, optimizer;
-  int64_t optimizer_steps = 0;
-  std::string run_id;    // "" in files written before run ids
-  int64_t save_seq = 0;
-};
-CheckpointMeta read_checkpoint_meta(const std::string& path);
 
 }  // namespace shardtrain::ckpt

