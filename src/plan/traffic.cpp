@@ -6,12 +6,18 @@
 
 #include <algorithm>
 
+#include "shardtrain/comm/ring_model.h"
 #include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/plan/strategy_plan.h"
 #include "shardtrain/runtime/device_mesh.h"
 
 namespace shardtrain::plan {
 namespace {
+
+using comm::RingOp;
+using comm::ring_bytes_sent;
+using comm::ring_steps;
+
 int64_t dtype_bytes(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
 }  // namespace
 
@@ -57,7 +63,6 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   const double guard = ps.engine.compression.guard_every > 0 ? 1.0 / ps.engine.compression.guard_every : 0.0;
   const int64_t b_reduce = dtype_bytes(ps.engine.mp.reduce_dtype);
   double ag = 0, rs = 0, ar_rep = 0, ar_world = 0;
-  const double ring = S > 1 ? static_cast<double>(S - 1) / S : 0.0;
   const int R = p.replicate_size;
   // Ring edges that leave the busiest host, per family (below), and the time weight of its bytes.
   const int es = ring_edges_leaving_busiest_host(N, G, S, true);
@@ -80,38 +85,38 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
     const int unit = static_cast<int>(ui);
     for (const auto& f : u.flats) {
       if (u.is_ignored()) {
-        if (N > 1) ar_world += 4.0 * f.numel * 2.0 * (N - 1) / N;
+        ar_world += ring_bytes_sent(RingOp::AllReduce, N, 4.0 * f.numel);
         continue;
       }
       const int gathers = u.is_root() ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
       if (st != fsdp::Strategy::NoShard) {
-        const double plain = ring * f.padded * f.elem_bytes();
-        const double packed = S > 1 ? (S - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) : 0.0;
+        const double plain = ring_bytes_sent(RingOp::AllGather, S, f.padded * f.elem_bytes());
+        const double packed = ring_bytes_sent(RingOp::AllGather, S, S * fsdp::quantized_bytes(f.shard_numel, block));
         const double one = qw ? packed + guard * plain : plain;
-        emit(CollectiveKind::ForwardGather, unit, one, S - 1, es);
+        emit(CollectiveKind::ForwardGather, unit, one, ring_steps(RingOp::AllGather, S), es);
         if (hp && gathers == 2) {
           ag += ps.grad_accum * one;
-          const double node = (Gn - 1.0) / Gn * f.padded * f.elem_bytes();
+          const double node = ring_bytes_sent(RingOp::AllGather, Gn, f.padded * f.elem_bytes());
           ag_node += ps.grad_accum * node;
-          emit(CollectiveKind::BackwardGather, unit, node, Gn - 1, 0);
+          emit(CollectiveKind::BackwardGather, unit, node, ring_steps(RingOp::AllGather, Gn), 0);
         } else {
           ag += ps.grad_accum * gathers * one;
-          if (gathers == 2) emit(CollectiveKind::BackwardGather, unit, one, S - 1, es);
+          if (gathers == 2) emit(CollectiveKind::BackwardGather, unit, one, ring_steps(RingOp::AllGather, S), es);
         }
-        const double scatter = ring * f.padded * b_reduce;
+        const double scatter = ring_bytes_sent(RingOp::ReduceScatter, S, f.padded * b_reduce);
         rs += ps.grad_accum * scatter;
-        emit(CollectiveKind::ReduceScatter, unit, scatter, S - 1, es);
+        emit(CollectiveKind::ReduceScatter, unit, scatter, ring_steps(RingOp::ReduceScatter, S), es);
       }
       if (R > 1) {
-        const double plain = 4.0 * f.shard_numel * 2.0 * (R - 1) / R;
-        ar_rep += qg ? (R - 1.0) * fsdp::quantized_bytes(f.shard_numel, block) + guard * plain : plain;
+        const double plain = ring_bytes_sent(RingOp::AllReduce, R, 4.0 * f.shard_numel);
+        ar_rep += qg ? ring_bytes_sent(RingOp::AllGather, R, R * fsdp::quantized_bytes(f.shard_numel, block)) + guard * plain : plain;
       }
     }
   }
   // The step's all-reduces, one coalesced call per group (ar_rep, ar_world are per step): qgZ's
   // replica average is an all-gather of packed shards (R - 1 steps), else a ring all-reduce.
-  emit(CollectiveKind::ReplicaAllReduce, -1, ar_rep, qg ? R - 1 : 2 * (R - 1), er);
-  emit(CollectiveKind::ReplicaAllReduce, -1, ar_world, 2 * (N - 1), ew);
+  emit(CollectiveKind::ReplicaAllReduce, -1, ar_rep, ring_steps(qg ? RingOp::AllGather : RingOp::AllReduce, R), er);
+  emit(CollectiveKind::ReplicaAllReduce, -1, ar_world, ring_steps(RingOp::AllReduce, N), ew);
   out.volume.all_gather = static_cast<int64_t>(ag + ag_node);
   out.volume.reduce_scatter = static_cast<int64_t>(rs);
   out.volume.all_reduce = static_cast<int64_t>(ar_rep + ar_world);
