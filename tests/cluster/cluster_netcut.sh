@@ -24,13 +24,7 @@ T0=$SECONDS
 source "$CL/test_cluster.sh"
 own_test_cluster nc 120
 # A cluster left by a run of this test that was killed (ctest's timeout) is removed here.
-for owner in /run/shardtrain-cluster/nc*/owner; do
-  [ -f "$owner" ] || continue
-  kill -0 "$(cat "$owner")" 2>/dev/null && continue
-  name=$(basename "$(dirname "$owner")")
-  echo "removing the stale test cluster $name"
-  SHARDTRAIN_CLUSTER=$name "$CL/cluster.sh" stop || true
-done
+remove_stale_test_clusters nc
 JOB_PID=
 cluster_cleanup() {
   local rc=$?

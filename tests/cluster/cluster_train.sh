@@ -24,15 +24,8 @@ T0=$SECONDS
 # A cluster of our own: its name and subnet are not a person's default one (st, 198.18.10.0/24).
 source "$CL/test_cluster.sh"
 own_test_cluster t 100
-# A cluster left by a run of this test that was killed (SIGKILL: ctest's timeout) is removed here:
-# test clusters record the test's pid in their state folder.
-for owner in /run/shardtrain-cluster/t*/owner; do
-  [ -f "$owner" ] || continue
-  kill -0 "$(cat "$owner")" 2>/dev/null && continue
-  name=$(basename "$(dirname "$owner")")
-  echo "removing the stale test cluster $name"
-  SHARDTRAIN_CLUSTER=$name "$CL/cluster.sh" stop || true
-done
+# A cluster left by a run of this test that was killed (SIGKILL: ctest's timeout) is removed here.
+remove_stale_test_clusters t
 cluster_cleanup() {
   local rc=$?
   "$CL/cluster.sh" stop >/dev/null 2>&1 || true   # namespaces, links, qdiscs, /etc/hosts lines, by name

@@ -14,3 +14,16 @@ own_test_cluster() {
   if [ $rc = 3 ]; then echo "SKIP: ${why#cluster: }"; exit 77; fi
   [ $rc = 0 ] || fail "cluster.sh check exited $rc: $why"
 }
+
+# remove_stale_test_clusters PREFIX: removes the clusters PREFIX* that a run of a test left when it
+# was killed (SIGKILL: ctest's timeout); test clusters record the test's pid in their state folder.
+remove_stale_test_clusters() {
+  local owner name
+  for owner in /run/shardtrain-cluster/"$1"*/owner; do
+    [ -f "$owner" ] || continue
+    kill -0 "$(cat "$owner")" 2>/dev/null && continue
+    name=$(basename "$(dirname "$owner")")
+    echo "removing the stale test cluster $name"
+    SHARDTRAIN_CLUSTER=$name "$CL/cluster.sh" stop || true
+  done
+}
