@@ -88,13 +88,16 @@ function(shardtrain_torch_pch target)
   if(NOT TARGET shardtrain_torch_pch_pic)
     foreach(kind pic pie)
       add_library(shardtrain_torch_pch_${kind} OBJECT ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cpp)
-      target_link_libraries(shardtrain_torch_pch_${kind} PRIVATE shardtrain::torch)
+      # The header's own dependencies as targets: their include directories are not always the
+      # system's (gpu-check builds against a pack of headers in its own prefix).
+      target_link_libraries(shardtrain_torch_pch_${kind} PRIVATE shardtrain::torch nlohmann_json::nlohmann_json)
       target_precompile_headers(shardtrain_torch_pch_${kind} PRIVATE ${PROJECT_SOURCE_DIR}/cmake/torch_pch.h)
     endforeach()
     # Executables are compiled -fPIE (POSITION_INDEPENDENT_CODE), libraries -fPIC. The binary's
     # commands all parse CLI11 (~2 s each): the executables' header has it too.
     set_target_properties(shardtrain_torch_pch_pie PROPERTIES POSITION_INDEPENDENT_CODE OFF)
     target_compile_options(shardtrain_torch_pch_pie PRIVATE -fPIE)
+    target_link_libraries(shardtrain_torch_pch_pie PRIVATE CLI11::CLI11)
     target_precompile_headers(shardtrain_torch_pch_pie PRIVATE <CLI/CLI.hpp>)
   endif()
   get_target_property(type ${target} TYPE)
