@@ -111,7 +111,9 @@ TEST(BenchCollectives, ComputeBesideGivesSyncAndCoreColumns) {
   EXPECT_TRUE(std::isfinite(rows[0].core_us));
   EXPECT_TRUE(same_on_every_rank(rows[0].sync_us));
   EXPECT_TRUE(same_on_every_rank(rows[0].core_us));
-  if (world_rank() == 0) EXPECT_NE(out.str().find("sync_us    core_us"), std::string::npos) << out.str();
+  if (world_rank() == 0) {
+    EXPECT_NE(out.str().find("sync_us    core_us"), std::string::npos) << out.str();
+  }
 }
 
 TEST(BenchCollectives, AGroupSizeThatDoesNotDivideTheRanksIsRefusedOnEveryRank) {
