@@ -23,11 +23,14 @@ const char* to_string(Strategy s) {
   return i >= 0 && i < static_cast<int>(choices::kStrategies.size()) ? choices::kStrategies[i] : "?";
 }
 
+// The enum's order is choices::kBackwardPrefetch's order (the deck schema's allowed values).
+static_assert(static_cast<int>(BackwardPrefetch::None) + 1 == static_cast<int>(choices::kBackwardPrefetch.size()));
+
 BackwardPrefetch parse_backward_prefetch(const std::string& s) {
-  if (s == "pre") return BackwardPrefetch::Pre;
-  if (s == "post") return BackwardPrefetch::Post;
-  if (s == "none") return BackwardPrefetch::None;
-  throw UserError("unknown fsdp.backward_prefetch '" + s + "' (pre, post, none)");
+  const int i = choices::index_of(choices::kBackwardPrefetch, s);
+  if (i < 0)
+    throw UserError("unknown fsdp.backward_prefetch '" + s + "' (" + choices::joined(choices::kBackwardPrefetch) + ")");
+  return static_cast<BackwardPrefetch>(i);
 }
 
 at::ScalarType parse_dtype(const std::string& s) {
