@@ -86,8 +86,6 @@ void clear_region_watcher(MPI_Comm comm, RegionWatcher* w) {
     }
 }
 
-bool region_watched(MPI_Comm comm) { return find(comm) != nullptr; }
-
 BlockingRegion::BlockingRegion(MPI_Comm comm, const char* name) {
   maybe_pause(name);
   watcher_ = find(comm);

@@ -23,7 +23,6 @@ class RegionWatcher {
 // the registration). One watcher per communicator handle.
 void set_region_watcher(MPI_Comm comm, RegionWatcher* w);
 void clear_region_watcher(MPI_Comm comm, RegionWatcher* w);
-bool region_watched(MPI_Comm comm);
 
 // RAII: every rank of `comm` enters the same regions in the same order (they surround
 // collective calls). `name` is a short token ("save.create", "agree"): the watchdog's report
