@@ -160,8 +160,11 @@ grep -E "^shardtrain watchdog|NOT ARRIVED|hosts of those ranks" "$T/H.log" | hea
 
 note "usr1: SIGUSR1 to the launcher while rank 3 ($N2) is in step 3: one agreed checkpoint, exit 42 everywhere"
 export SHARDTRAIN_TEST_PAUSE=mid_step:3:3 SHARDTRAIN_TEST_PAUSE_MARKER=$T/U.paused
-# Each rank under rank-exit, which passes SIGUSR1 on and prints the rank's host and exit code.
-"$CL/mpirun-cluster" --nodes 2 -np 4 "$CL/rank-exit" "$ST" train "$DECK" --set "data.dataset=$T/data" \
+# Each rank under rank-exit, which passes SIGUSR1 on and prints the rank's host and exit code; the
+# barrier holds every rank's exit until all have ended, so mpirun's abort after the first exit 42
+# cannot kill a rank that has not exited yet.
+mkdir "$T/U.exits"
+RANK_EXIT_BARRIER=$T/U.exits "$CL/mpirun-cluster" --nodes 2 -np 4 "$CL/rank-exit" "$ST" train "$DECK" --set "data.dataset=$T/data" \
   --set "run.out_dir=$T/U" "${COMMON[@]}" > "$T/U.log" 2>&1 &
 BG_PID=$!
 wait_file "$T/U.paused" 60
