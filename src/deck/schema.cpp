@@ -68,6 +68,12 @@ std::vector<KeySpec> build_schema() {
     Int("parallel.shard_group_size", 0,
         "ranks that share one sharded replica (must divide the world size); 0 = ranks per host")
         .at_least(0).at_most(kMaxRanks).unit("ranks"),
+    Str("parallel.replica_sync", "every_step",
+        "how the replicas of hybrid_shard / hybrid_shard_zero2 (one per shard group) stay in step: every_step "
+        "= gradients averaged across replicas every optimizer step; diloco = nothing crosses between replicas "
+        "for diloco.inner_steps steps, then the change of each replica's shard is averaged and applied by an "
+        "outer SGD with Nesterov momentum (DiLoCo; the [diloco] section)")
+        .one_of(choices::as_list(choices::kReplicaSync)),
     Int("parallel.simulate_ranks_per_host", 0,
         "pretend every k consecutive ranks form a host (tests on one machine; the last host holds the rest "
         "when k does not divide the world size); 0 = real hosts")
@@ -185,6 +191,27 @@ std::vector<KeySpec> build_schema() {
           "relative L2 error of a unit's gathered weights or averaged gradient above which the guard falls "
           "that unit back to full precision")
         .above(0),
+
+    // [diloco]
+    Int("diloco.inner_steps", 100,
+        "H: optimizer steps each replica takes on its own between two outer steps")
+        .at_least(1).at_most(1000000).unit("steps"),
+    Float("diloco.outer_lr", 0.7, "learning rate of the outer SGD on the averaged outer gradient")
+        .above(0).at_most(100),
+    Float("diloco.outer_momentum", 0.9, "momentum of the outer SGD; 0 = none").at_least(0).below(1),
+    Bool("diloco.nesterov", true, "Nesterov momentum in the outer step (false = heavy ball)"),
+    Int("diloco.fragments", 1,
+        "streaming DiLoCo: the units split into this many fragments, fragment f synchronised at its own "
+        "offset f * inner_steps / fragments of the cycle; 1 = the whole model at once")
+        .at_least(1).at_most(4096).unit("fragments"),
+    Int("diloco.overlap_steps", 0,
+        "streaming DiLoCo: inner steps that run while a fragment's outer gradients are in flight; the outer "
+        "step is applied that many steps later (0 = wait for it)")
+        .at_least(0).unit("steps"),
+    Str("diloco.outer_dtype", "fp32",
+        "wire format of the outer gradients between replicas: fp32, bf16, or int8 / int4 codes with one fp32 "
+        "scale per fsdp.quant_block values (summed in fp32), under fsdp.quant_guard_every's accuracy guard")
+        .one_of(choices::as_list(choices::kOuterDtypes)),
 
     // [optimizer]
     Str("optimizer.name", "adamw", "optimizer").one_of(choices::as_list(choices::kOptimizers)),
@@ -310,6 +337,7 @@ const std::vector<SectionSpec>& sections() {
       {"comm", "collective communication"},
       {"model", "architecture and size"},
       {"fsdp", "units, mixed precision, prefetching, memory savers"},
+      {"diloco", "semi-synchronous replicas (parallel.replica_sync = \"diloco\"): the outer step"},
       {"optimizer", "the optimizer stepping the parameter shards"},
       {"lr", "learning-rate schedule"},
       {"train", "length of the run and batch sizes"},

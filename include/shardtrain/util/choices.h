@@ -17,6 +17,12 @@ inline constexpr std::array<const char*, 3> kDevices = {"auto", "cpu", "cuda"};
 inline constexpr std::array<const char*, 3> kBackends = {"auto", "mpi", "nccl"};
 inline constexpr std::array<const char*, 2> kOptimizers = {"adamw", "sgd"};  // fsdp::OptimizerKind
 
+// parallel.replica_sync: how the replicas of the hybrid strategies stay in step (every optimizer
+// step, or DiLoCo's outer step every diloco.inner_steps) and diloco.outer_dtype, the wire format
+// of DiLoCo's outer gradients between replicas (int8 / int4: per-block scales, fsdp/quantize.h).
+inline constexpr std::array<const char*, 2> kReplicaSync = {"every_step", "diloco"};
+inline constexpr std::array<const char*, 4> kOuterDtypes = {"fp32", "bf16", "int8", "int4"};
+
 // fsdp.wrap (train::engine_options_from_deck: block = the model's block types, size =
 // fsdp.min_num_params, none = the whole model one unit) and fsdp.backward_prefetch
 // (fsdp::BackwardPrefetch: Pre, Post, None).
