@@ -11,6 +11,7 @@
 
 #include "shardtrain/comm/comm.h"
 #include "shardtrain/fsdp/flat_param.h"
+#include "shardtrain/fsdp/quantize.h"
 
 namespace shardtrain::fsdp {
 
@@ -83,6 +84,38 @@ struct Int8Average {
 };
 Int8Average int8_replica_average(comm::Comm& replicate, const at::Tensor& x, at::Tensor& residual, int64_t block,
                                  bool exact);
+
+// DiLoCo's outer gradient: the AVERAGE of x (fp32 [n], contiguous, on the group's device)
+// over `group` in wire format `format` (quantize.h WireFormat, diloco.outer_dtype). x is read
+// at the call only (copied or packed; the caller may change or drop it right after); nothing
+// is written back into it.
+//   fp32: an all-reduce (Avg) of a copy of x; with `tree` (train.reproducible) the fixed-tree
+//         sum (Comm::all_reduce_tree, a power-of-two group) divided by the group size.
+//   bf16: the same in bf16 (x rounded to bf16 first); the result cast back to fp32.
+//   int8 / int4: x packed in blocks of `block` (quantize.h) into this rank's slot of an
+//         all-gather of every rank's packed vector; average() dequantizes all and sums them in
+//         fp32 in rank order, then divides by the group size: every rank gets the same bits,
+//         whatever the backend's algorithm (`tree` changes nothing).
+// With `exact` (an accuracy-guard step; meaningful for int8 / int4) the fp32 average runs
+// beside it (all-reduce Avg, or the tree sum with `tree`); for fp32 it is the average itself,
+// no second collective. Bytes one rank sends: wire_average_bytes_sent (quantize.h).
+struct WireAverage {
+  comm::WorkPtr work, exact_work;  // exact_work: null without `exact` (and for fp32)
+  WireFormat format = WireFormat::Fp32;
+  int ranks = 1;
+  int64_t numel = 0, block = 1;
+  bool tree = false;
+  at::Tensor wire;   // fp32/bf16: the reduced copy; int8/int4: every rank's packed vector
+  at::Tensor exact;  // with `exact` and a quantized format: the fp32 buffer all-reduced
+  // After work is done: the average, fp32 [numel] (a new tensor, or `wire` itself for fp32).
+  at::Tensor average() const;
+  // After work and exact_work are done, with `exact`: the exact fp32 average (fp32: average()).
+  at::Tensor exact_average() const;
+  // Waits for both works (the plain blocking use).
+  void wait() const;
+};
+WireAverage wire_average(comm::Comm& group, const at::Tensor& x, WireFormat format, int64_t block, bool exact = false,
+                         bool tree = false);
 
 // ---- scalars and checkpoints -----------------------------------------------------
 
