@@ -5,6 +5,7 @@
 
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/quantize.h"
+#include "shardtrain/util/error.h"
 
 namespace shardtrain::fsdp {
 namespace {
@@ -159,6 +160,62 @@ at::Tensor Int8Average::average() const {
   for (int r = 0; r < replicas; ++r) sum.add_(dequantize(as_bytes(wire, r * P, P), numel, block));
   sum.div_(static_cast<double>(replicas));
   return sum;
+}
+
+WireAverage wire_average(comm::Comm& group, const at::Tensor& x, WireFormat format, int64_t block, bool exact,
+                         bool tree) {
+  ST_CHECK(x.scalar_type() == at::kFloat && x.is_contiguous(), "wire_average: x must be contiguous fp32");
+  WireAverage a;
+  a.format = format;
+  a.ranks = group.size();
+  a.numel = x.numel();
+  a.block = block;
+  a.tree = tree;
+  const at::Tensor flat = x.view({a.numel});
+  auto reduce = [&](const at::Tensor& t) {
+    return tree ? group.all_reduce_tree(t) : group.all_reduce(t, comm::ReduceOp::Avg);
+  };
+  if (format == WireFormat::Fp32 || format == WireFormat::Bf16) {
+    a.wire = format == WireFormat::Fp32 ? flat.clone() : flat.to(at::kBFloat16);
+    a.work = reduce(a.wire);
+  } else {
+    const int k = group.rank();
+    const QuantBits bits = quant_bits(format);
+    const int64_t P = quantized_bytes(a.numel, block, bits);
+    a.wire = wire_buffer(a.ranks, P, x.options());
+    quantize_into(flat, as_bytes(a.wire, k * P, P), block, bits);
+    a.work = group.all_gather(a.wire, a.wire.narrow(0, k * P / 2, P / 2));
+  }
+  if (exact && format != WireFormat::Fp32) {
+    a.exact = flat.clone();
+    a.exact_work = reduce(a.exact);
+  }
+  return a;
+}
+
+at::Tensor WireAverage::average() const {
+  if (format == WireFormat::Fp32) return tree ? wire / static_cast<double>(ranks) : wire;
+  if (format == WireFormat::Bf16) {
+    at::Tensor r = wire.to(at::kFloat);
+    return tree ? r.div_(static_cast<double>(ranks)) : r;
+  }
+  // Every rank's dequantized vector summed in fp32 in rank order: the same bits everywhere.
+  const QuantBits bits = quant_bits(format);
+  const int64_t P = quantized_bytes(numel, block, bits);
+  at::Tensor sum = at::zeros({numel}, wire.options().dtype(at::kFloat));
+  for (int r = 0; r < ranks; ++r) sum.add_(dequantize(as_bytes(wire, r * P, P), numel, block, bits));
+  return sum.div_(static_cast<double>(ranks));
+}
+
+at::Tensor WireAverage::exact_average() const {
+  if (format == WireFormat::Fp32) return average();
+  ST_CHECK(exact.defined(), "WireAverage::exact_average: the average was issued without `exact`");
+  return tree ? exact / static_cast<double>(ranks) : exact;
+}
+
+void WireAverage::wait() const {
+  if (work) work->wait();
+  if (exact_work) exact_work->wait();
 }
 
 comm::WorkPtr sum_across(comm::Comm& group, const at::Tensor& t) { return group.all_reduce(t, comm::ReduceOp::Sum); }

@@ -96,9 +96,9 @@ Int8Average int8_replica_average(comm::Comm& replicate, const at::Tensor& x, at:
 //         all-gather of every rank's packed vector; average() dequantizes all and sums them in
 //         fp32 in rank order, then divides by the group size: every rank gets the same bits,
 //         whatever the backend's algorithm (`tree` changes nothing).
-// With `exact` (an accuracy-guard step; meaningful for int8 / int4) the fp32 average runs
-// beside it (all-reduce Avg, or the tree sum with `tree`); for fp32 it is the average itself,
-// no second collective. Bytes one rank sends: wire_average_bytes_sent (quantize.h).
+// With `exact` (an accuracy-guard step; meaningful for bf16 / int8 / int4) the fp32 average
+// runs beside it (all-reduce Avg, or the tree sum with `tree`); for fp32 it is the average
+// itself, no second collective. Bytes one rank sends: wire_average_bytes_sent (quantize.h).
 struct WireAverage {
   comm::WorkPtr work, exact_work;  // exact_work: null without `exact` (and for fp32)
   WireFormat format = WireFormat::Fp32;
@@ -106,7 +106,7 @@ struct WireAverage {
   int64_t numel = 0, block = 1;
   bool tree = false;
   at::Tensor wire;   // fp32/bf16: the reduced copy; int8/int4: every rank's packed vector
-  at::Tensor exact;  // with `exact` and a quantized format: the fp32 buffer all-reduced
+  at::Tensor exact;  // with `exact`, not fp32: the fp32 copy of x all-reduced beside the wire
   // After work is done: the average, fp32 [numel] (a new tensor, or `wire` itself for fp32).
   at::Tensor average() const;
   // After work and exact_work are done, with `exact`: the exact fp32 average (fp32: average()).
