@@ -257,7 +257,8 @@ TEST(WireAverage, QuantizedIsTheRankOrderSumOfTheDequantizedVectors) {
         expect_same_on_every_rank(avg);
         // Within the mean of the ranks' half steps of the exact average.
         at::Tensor err = (avg.to(at::kDouble) - exact / R).abs();
-        EXPECT_TRUE((err <= (bound / R).to(at::kDouble) * (1 + 1e-5) + exact.abs() / R * 1e-6 + 1e-12).all().item<bool>());
+        at::Tensor allowed = (bound / R).to(at::kDouble) * (1 + 1e-5) + exact.abs() / R * 1e-6 + 1e-12;
+        EXPECT_TRUE((err <= allowed).all().item<bool>());
         // The guard's exact average: the plain fp32 all-reduce of the inputs.
         at::Tensor plain = before.clone();
         group->all_reduce(plain, comm::ReduceOp::Avg)->wait();
@@ -266,6 +267,34 @@ TEST(WireAverage, QuantizedIsTheRankOrderSumOfTheDequantizedVectors) {
       }
     }
   }
+}
+
+// A replicate-like group inside the world (at 4 ranks: {0, 2} and {1, 3}): the rank order is
+// the group's, and the two groups' averages differ.
+TEST(WireAverage, SubgroupSumsInItsOwnRankOrder) {
+  int W = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &W);
+  if (W != 4) GTEST_SKIP() << "two groups of 2 in 4 ranks";
+  MPI_Comm pair;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, world_rank() % 2, world_rank(), &pair), MPI_SUCCESS);
+  {
+    comm::CommOptions o;
+    o.timeout_s = 120;
+    auto group = comm::make_mpi_comm(pair, "pair", o);
+    ASSERT_EQ(group->size(), 2);
+    const int64_t n = 3001, block = 32;
+    const std::vector<int> members = {world_rank() % 2, world_rank() % 2 + 2};  // group rank order
+    fsdp::WireAverage a = fsdp::wire_average(*group, rank_input(world_rank(), n), WireFormat::Int4, block);
+    a.wait();
+    at::Tensor sum = at::zeros({n});
+    for (int w : members) {
+      at::Tensor p = at::empty({fsdp::quantized_bytes(n, block, QuantBits::Int4)}, at::kByte);
+      fsdp::quantize_into(rank_input(w, n), p, block, QuantBits::Int4);
+      sum.add_(fsdp::dequantize(p, n, block, QuantBits::Int4));
+    }
+    EXPECT_TRUE(same_bits(a.average(), sum.div_(2.0)));
+  }
+  MPI_Comm_free(&pair);
 }
 
 // The pairwise tree of Comm::all_reduce_tree ((0+1)+(2+3)), computed here.
