@@ -163,6 +163,6 @@ for rate in $RATES; do
     ratio() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf f, a / b }'; }
     plmb=-
     [[ $pl != - ]] && plmb=$(mb "$pl")
-    echo "| $rate | $label | $k | $(printf %.0f "$tps") | $(ratio "$tps" "$un" %.2fx) | $(ratio "$tps" "$hs_tps" %.2fx) | $(printf %.0f "$med") | $(mb "$n1") | $(mb "$n2") | $(awk -v a="$n1" -v b="$n2" -v h="$hs_b" 'BEGIN { m = a > b ? a : b; if (m > 0 && h > 0) printf "1/%.0f", h / m; else print "-" }') | $(mb "$ei") | $plmb | $loss |"
+    echo "| $rate | $label | $k | $(printf %.0f "$tps") | $(ratio "$tps" "$un" %.2fx) | $(ratio "$tps" "$hs_tps" %.2fx) | $(printf %.0f "$med") | $(mb "$n1") | $(mb "$n2") | $(awk -v a="$n1" -v b="$n2" -v h="$hs_b" 'BEGIN { m = a > b ? a : b; if (m <= 0 || h <= 0) print "-"; else if (m >= h) printf "%.2fx", m / h; else printf "1/%.0f", h / m }') | $(mb "$ei") | $plmb | $loss |"
   done
 done
