@@ -14,8 +14,8 @@
 #
 # --quick: a smoke test of the script and the engine (24 steps, validation every 12 on 2
 # batches, H = 4 8 12 24, streaming "2 1 int4 12"): its numbers say nothing about quality.
-# The full sweep is 6 runs of 2000 steps of 4 ranks; on a 2-core VM that is many hours (a step
-# of this deck is seconds there), on a 16-core machine with one rank per 4 cores far less.
+# The full sweep is 6 runs of 2000 steps of 4 ranks: ~4 s per step on the 2-core dev VM under
+# load (2026-12-03), ~13 hours there; far less with a core or more per rank.
 # Data: .data/austen-gpt2 when it exists, else prepared once into OUT/austen-gpt2 (needs the
 # Austen source: scripts/fetch-data --for run). Outputs in OUT (default perf/diloco/out): one
 # run directory per configuration (metrics.jsonl, the log), quality.tsv, quality.md.
