@@ -168,9 +168,9 @@ double outer_wire_bytes(int64_t n, const std::string& dtype, int64_t block, int 
   return ring_bytes_sent(RingOp::AllGather, ranks, static_cast<double>(ranks) * packed) + guard * fp32;
 }
 
-// Fragments are consecutive groups of units, as even in count as they divide (the first
-// units % F fragments one unit longer); a fragment's average is one call over its flats' shards,
-// counted per flat (packed vectors per flat, as the quantized replica average packs them).
+// Fragments are consecutive groups of units, unit u of U in fragment u * F / U (the engine's rule,
+// fsdp OuterSync::fragment_of); a fragment's average is one call over its flats' shards, counted
+// per flat (packed vectors per flat, as the quantized replica average packs them).
 OuterSync outer_sync_traffic(const PlanSettings& ps, const StrategyPlan& p) {
   OuterSync out;
   const int U = static_cast<int>(p.units.size()), R = p.replicate_size;
@@ -181,8 +181,8 @@ OuterSync outer_sync_traffic(const PlanSettings& ps, const StrategyPlan& p) {
   const double guard = quantized && ps.engine.compression.guard_every > 0 ? 1.0 / ps.engine.compression.guard_every : 0.0;
   const int er = ring_edges_leaving_busiest_host(ps.ranks, ps.ranks_per_host, p.shard_size, false);
   const double w = std::max(1.0, link_weight(ps, er));
-  for (int f = 0; f < F; ++f) out.first_unit.push_back(f * (U / F) + std::min(f, U % F));
-  out.first_unit.push_back(U);
+  // Fragment f's first unit: the smallest u with u * F / U >= f, i.e. ceil(f * U / F).
+  for (int f = 0; f <= F; ++f) out.first_unit.push_back(static_cast<int>((static_cast<int64_t>(f) * U + F - 1) / F));
   for (int f = 0; f < F; ++f) {
     double bytes = 0;
     for (int u = out.first_unit[f]; u < out.first_unit[f + 1]; ++u)

@@ -692,10 +692,10 @@ TEST(MemoryPlan, DilocoOuterStateAndBytesPerStep) {
                    1396.0 + 3 * 6752.0 + 81472.0 / 4);
   ps.engine.compression.guard_every = 0;
 
-  // Without outer momentum only the outer copy is kept.
+  // The engine keeps the momentum buffer even without outer momentum.
   ps.diloco.outer_dtype = "fp32";
   ps.diloco.outer_momentum = 0;
-  EXPECT_EQ(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).mem.outer, 4 * L);
+  EXPECT_EQ(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).mem.outer, 8 * L);
 }
 
 // Streaming: F fragments of consecutive units, each synced once per cycle: the same bytes per
@@ -715,6 +715,11 @@ TEST(MemoryPlan, DilocoFragmentsCutTheUnits) {
   EXPECT_DOUBLE_EQ(two.outer.fragments[1].bytes, 4.0 * 2 * 6352);
   EXPECT_DOUBLE_EQ(two.outer.bytes_per_cycle, one.outer.bytes_per_cycle);
   EXPECT_EQ(two.comm.inter_host_link, one.comm.inter_host_link);
+  // Unit u of U in fragment u * F / U: 4 units in 3 fragments {0, 1}, {2}, {3}.
+  ps.diloco.fragments = 3;
+  const StrategyPlan three = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  EXPECT_EQ(three.outer.first_unit, (std::vector<int>{0, 2, 3, 4}));
+  EXPECT_DOUBLE_EQ(three.outer.bytes_per_cycle, one.outer.bytes_per_cycle);
   ps.diloco.fragments = 5;  // 4 units
   try {
     plan::plan_strategy(ps, fsdp::Strategy::HybridShard);

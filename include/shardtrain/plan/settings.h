@@ -22,9 +22,9 @@ struct DilocoSettings {
   bool enabled = false;             // parallel.replica_sync = "diloco"
   int inner_steps = 100;            // H
   double outer_lr = 0.7;
-  double outer_momentum = 0.9;      // 0: no momentum buffer
+  double outer_momentum = 0.9;
   bool nesterov = true;
-  int fragments = 1;                // F: the units cut into F contiguous fragments
+  int fragments = 1;                // F: unit u of U in fragment u * F / U (the engine's OuterSync::fragment_of)
   int overlap_steps = 0;            // tau: inner steps a fragment's sync runs behind
   std::string outer_dtype = "fp32";  // fp32 | bf16 | int8 | int4 (choices::kOuterDtypes)
 };
