@@ -21,7 +21,8 @@
 # a Markdown table on stdout, raw numbers in $OUT/raw.tsv
 # (OUT=perf/cluster/out by default). The planner's inputs: each the median of I measurements
 # (--input-reps, default 3; one reading of core_us moved by 30% between runs). Needs root
-# (namespaces); the cluster is removed on exit.
+# (namespaces); the cluster is removed on exit. DiLoCo (parallel.replica_sync = diloco) against
+# these strategies, per H and link setting: perf/cluster/diloco.sh.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)

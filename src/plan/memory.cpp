@@ -67,9 +67,13 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   int64_t shard_elems = m.params / 4;
   if (ps.optimizer == "adamw") m.optim = 8 * shard_elems;
   else if (ps.sgd_momentum != 0) m.optim = 4 * shard_elems;
+  // DiLoCo: the outer copy of the shards and the outer momentum (fp32; the engine keeps the
+  // momentum buffer whatever diloco.outer_momentum), sharded like the optimizer state and held
+  // like it from the first step on (not at init).
+  if (runs_diloco(ps, st, S)) m.outer = 8 * shard_elems;
   // With cpu_offload the shards and optimizer state are host memory: the peak counts the
   // device (initialisation and clipping run on the host too).
-  const int64_t state = off ? 0 : m.params + m.grads + m.optim;
+  const int64_t state = off ? 0 : m.params + m.grads + m.optim + m.outer;
 
   const bool reshard_fwd = fsdp::reshards_after_forward(st);
   const bool no_shard = st == fsdp::Strategy::NoShard;

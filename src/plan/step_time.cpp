@@ -208,4 +208,23 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
   return e;
 }
 
+void add_outer_sync(const StepTimeSettings& s, const std::vector<PlannedCollective>& fragments, int inner_steps,
+                    int overlap_steps, StepEstimate* e) {
+  const double H = std::max(1, inner_steps);
+  // The compute a fragment's sync can run behind: the next tau inner steps (their own
+  // collectives stay inside the hosts, on another channel than the link).
+  const double behind = std::max(0, overlap_steps) * e->compute_s;
+  double all = 0, exposed = 0;
+  for (const auto& c : fragments) {
+    const double t = collective_seconds(s, c, e->shared_cores);
+    const double core = e->shared_cores ? collective_core_seconds(s, c) : 0.0;
+    all += t;
+    exposed += overlap_steps > 0 ? std::max(core, t - behind) : t;
+  }
+  e->outer_comm_s = all / H;
+  e->outer_exposed_s = exposed / H;
+  e->comm_s += e->outer_comm_s;
+  e->exposed_s += e->outer_exposed_s;
+}
+
 }  // namespace shardtrain::plan

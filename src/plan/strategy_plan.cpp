@@ -99,18 +99,30 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   in.backward_prefetch = ps.engine.backward_prefetch;
   for (const auto& u : p.units)
     for (const auto& f : u.flats) in.params_per_rank += static_cast<double>(f.shard_numel);
+  // DiLoCo: the inner step replays the collectives above (no replica average), and its outer
+  // sync adds a cycle's time / H; every_step_link: the same strategy syncing every step.
+  p.diloco = runs_diloco(ps, st, S);
+  if (p.diloco) {
+    p.outer = outer_sync_traffic(ps, p);
+    PlanSettings every = ps;
+    every.diloco.enabled = false;
+    p.every_step_link = step_traffic(every, st, p, c.quantize_weights && qw_ok, c.quantize_grads && qg_ok,
+                                     c.secondary_shards && hp_ok).volume.inter_host_link;
+  }
   for (bool rc : {false, true}) {
     in.recompute = rc;
     in.step_flops = step_flops(ps, *meta, p.units, rc);
-    (rc ? p.step_recompute : p.step_no_recompute) = estimate_step(ps.step, in);
+    StepEstimate& e = rc ? p.step_recompute : p.step_no_recompute;
+    e = estimate_step(ps.step, in);
+    if (p.diloco) add_outer_sync(ps.step, p.outer.fragments, ps.diloco.inner_steps, ps.diloco.overlap_steps, &e);
   }
   p.step = ps.engine.activation_checkpointing ? p.step_recompute : p.step_no_recompute;
   auto inter = [&](bool qw, bool qg, bool hp) { return step_traffic(ps, st, p, qw, qg, hp).volume.inter_host; };
   p.inter_host_plain = inter(false, false, false);
   p.inter_host_qwz = qw_ok ? inter(true, false, false) : -1;
-  p.inter_host_qgz = qg_ok ? inter(false, true, false) : -1;
+  p.inter_host_qgz = qg_ok && !p.diloco ? inter(false, true, false) : -1;  // DiLoCo: no per-step average
   p.inter_host_hpz = hp_ok ? inter(false, false, true) : -1;
-  p.inter_host_all = qw_ok ? inter(true, qg_ok, hp_ok) : -1;
+  p.inter_host_all = qw_ok ? inter(true, qg_ok && !p.diloco, hp_ok) : -1;
   return p;
 }
 

@@ -152,6 +152,18 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   if (ps.engine.cpu_offload)
     os << "# fsdp.cpu_offload = true: parameter and gradient shards and the optimizer state live in host memory;"
           " the peaks below are device memory without them (not measured on a GPU yet)\n";
+  const DilocoSettings& dl = ps.diloco;
+  if (dl.enabled) {
+    char b[640];
+    std::snprintf(b, sizeof b,
+                  "# parallel.replica_sync = diloco: the hybrid strategies' replicas exchange nothing for H = %d inner "
+                  "steps, then average each of %d fragment%s of their shards in %s (overlapped with %d inner step%s) "
+                  "for an outer SGD (lr %.3g, momentum %.3g%s); the other strategies sync every step\n",
+                  dl.inner_steps, dl.fragments, dl.fragments > 1 ? "s" : "", dl.outer_dtype.c_str(), dl.overlap_steps,
+                  dl.overlap_steps == 1 ? "" : "s", dl.outer_lr, dl.outer_momentum,
+                  dl.outer_momentum != 0 && dl.nesterov ? ", Nesterov" : "");
+    os << b;
+  }
   os << "# per rank, bytes at the step's peak (its instant on the last lines); communication per step, sent per rank\n\n";
 
   int col = 20;
@@ -173,6 +185,8 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   row("params (fp32 shards)", [](const StrategyPlan& p) { return format_bytes(p.mem.params); });
   row("grads (fp32 shards)", [](const StrategyPlan& p) { return format_bytes(p.mem.grads); });
   row("optimizer state", [](const StrategyPlan& p) { return format_bytes(p.mem.optim); });
+  if (dl.enabled)
+    row("outer copy + momentum", [](const StrategyPlan& p) { return p.diloco ? format_bytes(p.mem.outer) : std::string("-"); });
   row("unsharded params", [](const StrategyPlan& p) { return format_bytes(p.mem.unsharded); });
   row("unsharded grad buffers", [](const StrategyPlan& p) { return format_bytes(p.mem.grad_buffers); });
   row("activations + working", [](const StrategyPlan& p) { return format_bytes(p.mem.activations); });
@@ -200,6 +214,21 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   row("  + quantize_grads", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_qgz); });
   row("  + secondary_shards", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_hpz); });
   row("  + all that apply", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_all); });
+  if (dl.enabled) {
+    // DiLoCo's outer sync: a cycle's bytes per rank, what crosses the busiest host's link per
+    // optimizer step (the cycle's / H) and its ratio to the same strategy syncing every step.
+    row("replica sync", [](const StrategyPlan& p) { return std::string(p.diloco ? "diloco" : "every_step"); });
+    row("outer sync / cycle", [](const StrategyPlan& p) {
+      return p.diloco ? format_bytes(static_cast<int64_t>(p.outer.bytes_per_cycle)) : std::string("-");
+    });
+    row("inter-node / step", [](const StrategyPlan& p) { return format_bytes(p.comm.inter_host_link); });
+    row("  vs every_step", [](const StrategyPlan& p) {
+      if (!p.diloco || p.every_step_link <= 0) return std::string("-");
+      char b[32];
+      std::snprintf(b, sizeof b, "1/%.0f", static_cast<double>(p.every_step_link) / std::max<int64_t>(1, p.comm.inter_host_link));
+      return std::string(b);
+    });
+  }
   row("peak at", [](const StrategyPlan& p) { return p.mem.peak_at; });
   // The step-time estimate (step_time.h) with the deck's recomputation setting.
   auto ms = [](double s) {
@@ -210,6 +239,10 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   row("est. compute / step", [&](const StrategyPlan& p) { return ms(p.step.compute_s); });
   row("est. comm / step", [&](const StrategyPlan& p) { return ms(p.step.comm_s); });
   row("est. exposed comm", [&](const StrategyPlan& p) { return ms(p.step.exposed_s); });
+  if (dl.enabled) {
+    row("  of it outer sync", [&](const StrategyPlan& p) { return p.diloco ? ms(p.step.outer_exposed_s) : std::string("-"); });
+    row("est. inner step", [&](const StrategyPlan& p) { return ms(p.step.inner_step_s()); });
+  }
   row("est. step", [&](const StrategyPlan& p) { return ms(p.step.step_s()); });
   os << "# step estimate: " << describe_step_assumptions(ps) << "\n";
   os << "\n";
@@ -226,6 +259,7 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
     const StrategyPlan& p = plans[best];
     const MemoryBreakdown& m = rc ? p.mem_recompute : p.mem_no_recompute;
     os << "recommendation: parallel.strategy = \"" << fsdp::to_string(p.strategy) << "\""
+       << (p.diloco ? " with parallel.replica_sync = \"diloco\"" : "")
        << (rc ? " with fsdp.activation_checkpointing = true" : "") << " (peak " << format_bytes(m.total) << " of "
        << format_bytes(device_bytes) << ", " << format_bytes(p.comm.intra_host) << " intra-host + "
        << format_bytes(p.comm.inter_host) << " inter-host per rank, " << format_bytes(p.comm.inter_host_link)

@@ -10,6 +10,7 @@
 #include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/plan/strategy_plan.h"
 #include "shardtrain/runtime/device_mesh.h"
+#include "shardtrain/util/error.h"
 
 namespace shardtrain::plan {
 namespace {
@@ -64,6 +65,9 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   const int64_t b_reduce = dtype_bytes(ps.engine.mp.reduce_dtype);
   double ag = 0, rs = 0, ar_rep = 0, ar_world = 0;
   const int R = p.replicate_size;
+  // DiLoCo: no replica average in the inner steps (the outer sync is added below, per step).
+  const bool diloco = runs_diloco(ps, st, S);
+  if (diloco) qg = false;
   // Ring edges that leave the busiest host, per family (below), and the time weight of its bytes.
   const int es = ring_edges_leaving_busiest_host(N, G, S, true);
   const int er = ring_edges_leaving_busiest_host(N, G, S, false);
@@ -107,7 +111,7 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
         rs += ps.grad_accum * scatter;
         emit(CollectiveKind::ReduceScatter, unit, scatter, ring_steps(RingOp::ReduceScatter, S), es);
       }
-      if (R > 1) {
+      if (R > 1 && !diloco) {
         const double plain = ring_bytes_sent(RingOp::AllReduce, R, 4.0 * f.shard_numel);
         ar_rep += qg ? ring_bytes_sent(RingOp::AllGather, R, R * fsdp::quantized_bytes(f.shard_numel, block)) + guard * plain : plain;
       }
@@ -117,6 +121,16 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   // replica average is an all-gather of packed shards (R - 1 steps), else a ring all-reduce.
   emit(CollectiveKind::ReplicaAllReduce, -1, ar_rep, ring_steps(qg ? RingOp::AllGather : RingOp::AllReduce, R), er);
   emit(CollectiveKind::ReplicaAllReduce, -1, ar_world, ring_steps(RingOp::AllReduce, N), ew);
+  // DiLoCo's outer sync, once per cycle of H inner steps: its bytes per step are 1/H of a cycle's.
+  double ar_outer = 0, link_outer = 0, cost_outer = 0;
+  if (diloco) {
+    const OuterSync o = outer_sync_traffic(ps, p);
+    const double H = std::max(1, ps.diloco.inner_steps);
+    ar_outer = o.bytes_per_cycle / H;
+    link_outer = o.link_bytes_per_cycle / H;
+    cost_outer = o.cost_per_cycle / H;
+  }
+  ar_rep += ar_outer;
   out.volume.all_gather = static_cast<int64_t>(ag + ag_node);
   out.volume.reduce_scatter = static_cast<int64_t>(rs);
   out.volume.all_reduce = static_cast<int64_t>(ar_rep + ar_world);
@@ -130,9 +144,62 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   // the rings of one family run at the same time (hybrid_shard's replicate groups all cross one
   // link, and the flows that share it get what the measured weight says, not a fair split).
   // Ignored units' all-reduces run over the world (a replicate family of shard size 1).
-  out.volume.inter_host_link = static_cast<int64_t>(es * (ag + rs) + er * ar_rep + ew * ar_world);
+  out.volume.inter_host_link =
+      static_cast<int64_t>(es * (ag + rs) + er * (ar_rep - ar_outer) + link_outer + ew * ar_world);
   auto cost = [&](double bytes, int edges) { return bytes * weight(edges); };
-  out.cost = cost(ag + rs, es) + cost(ar_rep, er) + cost(ar_world, ew) + ag_node;
+  out.cost = cost(ag + rs, es) + cost(ar_rep - ar_outer, er) + cost_outer + cost(ar_world, ew) + ag_node;
+  return out;
+}
+
+int64_t int4_packed_bytes(int64_t n, int64_t block) {
+  const int64_t codes = (n + 1) / 2;
+  return (codes + 3) / 4 * 4 + 4 * ((n + block - 1) / block);
+}
+
+// The quantized formats' packed sizes: fsdp::quantized_bytes (int8) and the int4 layout of
+// quantize.h's header (two codes per byte), computed here until the wire formats' own count
+// (quant4's wire_average_bytes_sent) is in this branch.
+double outer_wire_bytes(int64_t n, const std::string& dtype, int64_t block, int ranks, double guard) {
+  const double fp32 = ring_bytes_sent(RingOp::AllReduce, ranks, 4.0 * n);
+  if (dtype == "fp32") return fp32;
+  if (dtype == "bf16") return ring_bytes_sent(RingOp::AllReduce, ranks, 2.0 * n);
+  ST_CHECK(dtype == "int8" || dtype == "int4", "outer_wire_bytes: unknown diloco.outer_dtype '", dtype, "'");
+  const int64_t packed = dtype == "int8" ? fsdp::quantized_bytes(n, block) : int4_packed_bytes(n, block);
+  return ring_bytes_sent(RingOp::AllGather, ranks, static_cast<double>(ranks) * packed) + guard * fp32;
+}
+
+// Fragments are consecutive groups of units, unit u of U in fragment u * F / U (the engine's rule,
+// fsdp OuterSync::fragment_of); a fragment's average is one call over its flats' shards, counted
+// per flat (packed vectors per flat, as the quantized replica average packs them).
+OuterSync outer_sync_traffic(const PlanSettings& ps, const StrategyPlan& p) {
+  OuterSync out;
+  const int U = static_cast<int>(p.units.size()), R = p.replicate_size;
+  const int F = ps.diloco.fragments;
+  ST_USER_CHECK(F >= 1 && F <= U, "diloco.fragments = ", F, ": ", fsdp::to_string(p.strategy), " has ", U,
+                " units to cut into fragments (at most one fragment per unit)");
+  const bool quantized = ps.diloco.outer_dtype == "int8" || ps.diloco.outer_dtype == "int4";
+  const double guard = quantized && ps.engine.compression.guard_every > 0 ? 1.0 / ps.engine.compression.guard_every : 0.0;
+  const int er = ring_edges_leaving_busiest_host(ps.ranks, ps.ranks_per_host, p.shard_size, false);
+  const double w = std::max(1.0, link_weight(ps, er));
+  // Fragment f's first unit: the smallest u with u * F / U >= f, i.e. ceil(f * U / F).
+  for (int f = 0; f <= F; ++f) out.first_unit.push_back(static_cast<int>((static_cast<int64_t>(f) * U + F - 1) / F));
+  for (int f = 0; f < F; ++f) {
+    double bytes = 0;
+    for (int u = out.first_unit[f]; u < out.first_unit[f + 1]; ++u)
+      for (const auto& fl : p.units[static_cast<size_t>(u)].flats)
+        bytes += outer_wire_bytes(fl.shard_numel, ps.diloco.outer_dtype, ps.engine.compression.block, R, guard);
+    PlannedCollective c;
+    c.kind = CollectiveKind::ReplicaAllReduce;
+    c.unit = -1;
+    c.bytes = bytes;
+    c.ring_steps = ring_steps(quantized ? RingOp::AllGather : RingOp::AllReduce, R);
+    c.weight = w;
+    c.crosses_link = er > 0;
+    out.fragments.push_back(c);
+    out.bytes_per_cycle += bytes;
+    out.link_bytes_per_cycle += er * bytes;
+    out.cost_per_cycle += bytes * w;
+  }
   return out;
 }
 

@@ -615,3 +615,167 @@ TEST(StepTime, TheOptimizerUpdatesTheRanksShards) {
   EXPECT_NEAR(fs.step.compute_s - base.step.compute_s, fs.step.optimizer_s, 1e-12);
   EXPECT_NEAR(fs.step.step_s() - base.step.step_s(), fs.step.optimizer_s, 1e-9);
 }
+
+// ---- DiLoCo (parallel.replica_sync = "diloco", the [diloco] section) ---------------------
+
+// The hybrids over 2 hosts x 2 ranks (S = 2, R = 2) of the GPT-2 above, fp32, one flat per unit:
+// root 64*32 + 16*32 + 2*32 = 2,624 elements, each of the 3 blocks 2*64 (ln_1, ln_2) + 3,168
+// (c_attn) + 1,056 (attn c_proj) + 4,224 (c_fc) + 4,128 (mlp c_proj) = 12,704; a rank's shards
+// hold half of each: 1,312 + 3 x 6,352 = 20,368 elements (L).
+TEST(MemoryPlan, DilocoOuterStateAndBytesPerStep) {
+  PlanSettings ps = gpt2(4, 2);
+  ps.engine.compression.block = 64;
+  ps.engine.compression.guard_every = 0;  // no amortised exact averages in the numbers
+  const StrategyPlan every = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  const StrategyPlan full = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+  ASSERT_EQ(psi(ps), 2624 + 3 * 12704);
+  const int64_t L = 1312 + 3 * 6352;
+  ASSERT_EQ(every.mem.params, 4 * L);
+  // every_step: the replica all-reduce of the fp32 shards, 2(R-1)/R x 4L = 81,472 bytes per
+  // rank per step; both replicate rings leave host 0: 162,944 bytes over its link.
+  ASSERT_EQ(every.comm.inter_host, 81472);
+  ASSERT_EQ(every.comm.inter_host_link, 162944);
+
+  ps.diloco.enabled = true;
+  ps.diloco.inner_steps = 100;
+  for (fsdp::Strategy st : {fsdp::Strategy::HybridShard, fsdp::Strategy::HybridShardZero2}) {
+    const StrategyPlan d = plan::plan_strategy(ps, st);
+    const StrategyPlan e = [&] {
+      PlanSettings q = ps;
+      q.diloco.enabled = false;
+      return plan::plan_strategy(q, st);
+    }();
+    ASSERT_TRUE(d.diloco) << fsdp::to_string(st);
+    // Memory: + the outer copy and momentum, 2 x 4 bytes per shard element = 162,944 bytes, at
+    // every instant after init (the peak here is in backward).
+    EXPECT_EQ(d.mem.outer, 162944);
+    EXPECT_EQ(d.mem.state(), e.mem.state() + 162944);
+    ASSERT_NE(d.mem.peak_at, "init");
+    EXPECT_EQ(d.mem.total, e.mem.total + 162944);
+    // fp32 outer sync: one ring all-reduce of the shards per cycle, 81,472 bytes per rank, / H =
+    // 814.72 per step; over host 0's link 1,629.44 per step: 1/100 of every_step's.
+    EXPECT_DOUBLE_EQ(d.outer.bytes_per_cycle, 81472.0);
+    EXPECT_EQ(d.comm.all_reduce, 814);
+    EXPECT_EQ(d.comm.inter_host, 814);
+    EXPECT_EQ(d.comm.inter_host_link, 1629);
+    EXPECT_EQ(d.every_step_link, 162944);
+    // Nothing else crosses: the inner steps' gathers and reduce-scatters stay inside the hosts.
+    EXPECT_EQ(d.comm.intra_host, e.comm.intra_host);
+    for (const auto& c : d.collectives) EXPECT_FALSE(c.crosses_link) << plan::to_string(c.kind);
+    EXPECT_EQ(d.inter_host_qgz, -1);  // quantize_grads has no per-step average to quantize
+  }
+  // The strategies without replicas across hosts sync every step whatever the deck says.
+  const StrategyPlan full_dl = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+  EXPECT_FALSE(full_dl.diloco);
+  EXPECT_EQ(full_dl.mem.total, full.mem.total);
+  EXPECT_EQ(full_dl.comm.inter_host_link, full.comm.inter_host_link);
+
+  // int4: per flat an all-gather of R packed vectors, (R-1) = 1 sent: ceil(n/2) code bytes padded
+  // to 4, plus 4 bytes per 64 values. Root n = 1,312: 656 + 4 x 21 = 740; block n = 6,352:
+  // 3,176 + 4 x 100 = 3,576. A cycle: 740 + 3 x 3,576 = 11,468 bytes per rank; 114.68 per step,
+  // 229.36 over host 0's link: 1/710 of every_step's 162,944 (the goal: at most 1/300).
+  ps.diloco.outer_dtype = "int4";
+  const StrategyPlan q = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  EXPECT_DOUBLE_EQ(q.outer.bytes_per_cycle, 11468.0);
+  EXPECT_EQ(q.comm.inter_host, 114);
+  EXPECT_EQ(q.comm.inter_host_link, 229);
+  EXPECT_LT(300.0 * q.comm.inter_host_link, static_cast<double>(q.every_step_link));
+  EXPECT_EQ(q.mem.outer, 162944);  // the outer state is fp32 whatever the wire format
+  // bf16: half of fp32's all-reduce; int8: n codes padded to 4 + the scales (1,312 + 84, 6,352 + 400).
+  ps.diloco.outer_dtype = "bf16";
+  EXPECT_DOUBLE_EQ(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).outer.bytes_per_cycle, 40736.0);
+  ps.diloco.outer_dtype = "int8";
+  EXPECT_DOUBLE_EQ(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).outer.bytes_per_cycle, 1396.0 + 3 * 6752.0);
+  // The accuracy guard of a quantized format adds the exact fp32 average at 1 sync in k.
+  ps.engine.compression.guard_every = 4;
+  EXPECT_DOUBLE_EQ(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).outer.bytes_per_cycle,
+                   1396.0 + 3 * 6752.0 + 81472.0 / 4);
+  ps.engine.compression.guard_every = 0;
+
+  // The engine keeps the momentum buffer even without outer momentum.
+  ps.diloco.outer_dtype = "fp32";
+  ps.diloco.outer_momentum = 0;
+  EXPECT_EQ(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).mem.outer, 8 * L);
+}
+
+// Streaming: F fragments of consecutive units, each synced once per cycle: the same bytes per
+// cycle as one sync of the whole model; more fragments than units is refused naming the key.
+TEST(MemoryPlan, DilocoFragmentsCutTheUnits) {
+  PlanSettings ps = gpt2(4, 2);
+  ps.diloco.enabled = true;
+  ps.diloco.inner_steps = 100;
+  const StrategyPlan one = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  ASSERT_EQ(one.outer.fragments.size(), 1u);
+  ps.diloco.fragments = 2;
+  const StrategyPlan two = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  ASSERT_EQ(two.outer.fragments.size(), 2u);
+  EXPECT_EQ(two.outer.first_unit, (std::vector<int>{0, 2, 4}));  // root + block 0, blocks 1 and 2
+  // 2(R-1)/R x 4 bytes = 4 bytes per shard element at R = 2
+  EXPECT_DOUBLE_EQ(two.outer.fragments[0].bytes, 4.0 * (1312 + 6352));
+  EXPECT_DOUBLE_EQ(two.outer.fragments[1].bytes, 4.0 * 2 * 6352);
+  EXPECT_DOUBLE_EQ(two.outer.bytes_per_cycle, one.outer.bytes_per_cycle);
+  EXPECT_EQ(two.comm.inter_host_link, one.comm.inter_host_link);
+  // Unit u of U in fragment u * F / U: 4 units in 3 fragments {0, 1}, {2}, {3}.
+  ps.diloco.fragments = 3;
+  const StrategyPlan three = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  EXPECT_EQ(three.outer.first_unit, (std::vector<int>{0, 2, 3, 4}));
+  EXPECT_DOUBLE_EQ(three.outer.bytes_per_cycle, one.outer.bytes_per_cycle);
+  ps.diloco.fragments = 5;  // 4 units
+  try {
+    plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+    ADD_FAILURE() << "5 fragments of 4 units were not refused";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("diloco.fragments"), std::string::npos) << e.what();
+  }
+}
+
+// The step: the inner step has no replica all-reduce; the outer sync's time / H is added, exposed
+// whole without overlap, hidden behind overlap_steps inner steps' compute with it.
+TEST(StepTime, DilocoAmortisesTheOuterSyncOverH) {
+  PlanSettings ps = timed(8);  // 10 GB/s inside a host, no latency; the replica rings: 2 edges, W_2 = 16
+  const StrategyPlan every = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  ps.diloco.enabled = true;
+  ps.diloco.inner_steps = 100;
+  const StrategyPlan d = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  // The cycle's sync: 81,472 bytes x 16 / 1e10 B/s = 130.3552 us; 1.303552 us per step.
+  const double sync = 81472.0 * 16 / 1e10;
+  EXPECT_NEAR(d.step.outer_comm_s, sync / 100, 1e-12);
+  EXPECT_NEAR(d.step.outer_exposed_s, sync / 100, 1e-12);
+  // every_step's replica all-reduce (the same bytes, every step, after the last backward) is gone.
+  double replica = 0;
+  for (const auto& c : every.collectives)
+    if (c.kind == plan::CollectiveKind::ReplicaAllReduce) replica += plan::collective_seconds(ps.step, c);
+  EXPECT_NEAR(replica, sync, 1e-12);
+  EXPECT_NEAR(d.step.inner_step_s(), every.step.step_s() - sync, 1e-9);
+  EXPECT_NEAR(d.step.step_s(), d.step.inner_step_s() + sync / 100, 1e-12);
+  // Overlapped with one inner step, whose compute is longer than the sync: nothing exposed.
+  ASSERT_GT(d.step.compute_s, sync);
+  ps.diloco.overlap_steps = 1;
+  const StrategyPlan o = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  EXPECT_NEAR(o.step.outer_comm_s, sync / 100, 1e-12);
+  EXPECT_EQ(o.step.outer_exposed_s, 0.0);
+  EXPECT_NEAR(o.step.step_s(), d.step.inner_step_s(), 1e-12);
+  // On a slow link (W = 8000: the sync now outlasts a step's compute) only the excess shows.
+  ps.inter_host_weight = 8000;
+  const StrategyPlan slow = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
+  const double t = 81472.0 * 16000 / 1e10;
+  ASSERT_GT(t, slow.step.compute_s);
+  EXPECT_NEAR(slow.step.outer_exposed_s, (t - slow.step.compute_s) / 100, 1e-12);
+}
+
+// The deck's [diloco] keys reach the planner (parallel.replica_sync itself is refused by the deck
+// until the engine runs DiLoCo, so only the section is read here).
+TEST(DeckSetup, DilocoKeysReachThePlanner) {
+  deck::Deck d = deck::Deck::defaults({"diloco.inner_steps=50", "diloco.fragments=2", "diloco.overlap_steps=3",
+                                       "diloco.outer_dtype=int4", "diloco.outer_lr=0.5", "diloco.outer_momentum=0.8",
+                                       "diloco.nesterov=false"});
+  const PlanSettings ps = train::plan_settings_from_deck(d, 4, 2);
+  EXPECT_FALSE(ps.diloco.enabled);  // replica_sync = every_step
+  EXPECT_EQ(ps.diloco.inner_steps, 50);
+  EXPECT_EQ(ps.diloco.fragments, 2);
+  EXPECT_EQ(ps.diloco.overlap_steps, 3);
+  EXPECT_EQ(ps.diloco.outer_dtype, "int4");
+  EXPECT_DOUBLE_EQ(ps.diloco.outer_lr, 0.5);
+  EXPECT_DOUBLE_EQ(ps.diloco.outer_momentum, 0.8);
+  EXPECT_FALSE(ps.diloco.nesterov);
+}

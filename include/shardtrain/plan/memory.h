@@ -30,14 +30,15 @@ struct MemoryBreakdown {
   int64_t params = 0;          // fp32 master shards
   int64_t grads = 0;           // fp32 gradient shards
   int64_t optim = 0;           // optimizer states (fp32)
+  int64_t outer = 0;           // DiLoCo: the fp32 outer copy and outer momentum of the shards (runs_diloco)
   int64_t unsharded = 0;       // unsharded parameter buffers at the peak (compute dtype)
   int64_t grad_buffers = 0;    // unsharded gradient buffers (incl. pending reductions) at the peak
   int64_t activations = 0;     // saved activations + working memory at the peak
   int64_t total = 0;           // the peak: the largest of the instants below
   std::string peak_at;         // which instant ("init", "loss", "head backward", "last block backward", "clip")
-  bool state_on_host = false;  // fsdp.cpu_offload: params, grads and optim are host memory, not in total
+  bool state_on_host = false;  // fsdp.cpu_offload: params, grads, optim and outer are host memory, not in total
   int64_t saved_activations = 0;  // saved by the whole forward (without working memory)
-  int64_t state() const { return params + grads + optim; }
+  int64_t state() const { return params + grads + optim + outer; }
 };
 
 // The peak of one step of strategy st over `units` (shard group size S), with activations `a`,

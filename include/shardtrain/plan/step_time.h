@@ -84,7 +84,11 @@ struct StepEstimate {
   double comm_core_s = 0;    // shared cores: the part of comm_s spent on the cores (serialised with compute)
   double exposed_s = 0;      // the part of comm_s the compute stream waits for
   bool shared_cores = false;  // oversubscribed host: communication serialised with compute
+  // DiLoCo (add_outer_sync): of comm_s and exposed_s, the outer sync's share per step (a cycle's
+  // time / H); the inner step is the rest.
+  double outer_comm_s = 0, outer_exposed_s = 0;
   double step_s() const { return compute_s + exposed_s; }
+  double inner_step_s() const { return step_s() - outer_exposed_s; }
 };
 
 struct StepTimeInputs {
@@ -131,5 +135,13 @@ double collective_core_seconds(const StepTimeSettings& s, const PlannedCollectiv
 // On an oversubscribed host (shared_cores) a collective's core part (collective_core_seconds)
 // runs on the compute stream when it is issued; only its wire part overlaps compute.
 StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in);
+
+// DiLoCo: adds to e (an inner step's estimate) the outer sync of one cycle of H inner steps,
+// per step: each fragment's average (`fragments`, one collective each) runs once per cycle on
+// the link. With overlap_steps = 0 the replicas wait for it: exposed whole. With tau > 0 it runs
+// behind the next tau inner steps: exposed only beyond their compute (tau x e->compute_s), and on
+// shared cores at least its core part. comm_s and exposed_s grow by the cycle's sums / H.
+void add_outer_sync(const StepTimeSettings& s, const std::vector<PlannedCollective>& fragments, int inner_steps,
+                    int overlap_steps, StepEstimate* e);
 
 }  // namespace shardtrain::plan

@@ -35,6 +35,12 @@ struct StrategyPlan {
   StepEstimate step;               // with the deck's activation_checkpointing
   StepEstimate step_no_recompute;  // activation_checkpointing = false
   StepEstimate step_recompute;     // activation_checkpointing = true (one more forward per block)
+  // DiLoCo (runs_diloco; otherwise diloco = false and the rest empty): the outer sync of one
+  // cycle (its bytes per step are in `comm`, its time in the step estimates), and the same
+  // strategy's host-link bytes per step when its replicas sync every step.
+  bool diloco = false;
+  OuterSync outer;
+  int64_t every_step_link = 0;
 };
 
 // FLOPs of one step per rank: the model's own count for MFU (model::Model::train_flops_per_item)

@@ -3,6 +3,7 @@
 // their cost in intra-host bytes; docs/memory-planner.md.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shardtrain/fsdp/options.h"
@@ -41,6 +42,29 @@ struct Traffic {
   double cost = 0;                             // bytes x link weight, summed: intra-host bytes of equal time
   std::vector<PlannedCollective> collectives;  // what volume sums, one by one (step_time.h)
 };
+// Under DiLoCo (runs_diloco) the inner steps send nothing between replicas: no replica
+// all-reduce among the collectives, qg has nothing to quantize, and the outer sync's bytes
+// (outer_sync_traffic) are added to volume and cost amortised over the H steps of a cycle.
 Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPlan& p, bool qw, bool qg, bool hp);
+
+// Bytes one rank sends averaging n fp32 values over `ranks` replicas in DiLoCo's outer_dtype
+// (ring model, comm::ring_bytes_sent): fp32 / bf16 an all-reduce of 4n / 2n bytes, int8 / int4
+// an all-gather of `ranks` packed vectors (codes of 1 byte / half a byte per value, padded to 4
+// bytes, an fp32 scale per `block` values); `guard`: the fraction of syncs that also run the
+// exact fp32 all-reduce (the accuracy guard of the quantized formats).
+double outer_wire_bytes(int64_t n, const std::string& outer_dtype, int64_t block, int ranks, double guard);
+// Packed bytes of n values in int4 (two codes per byte), the int8 layout otherwise (fsdp/quantize.h).
+int64_t int4_packed_bytes(int64_t n, int64_t block);
+
+// DiLoCo's outer sync of plan p (runs_diloco): the units cut into diloco.fragments consecutive
+// fragments, each averaged across the replicate group once per cycle of H inner steps.
+struct OuterSync {
+  std::vector<PlannedCollective> fragments;  // one per fragment: bytes per rank of its one sync
+  std::vector<int> first_unit;               // fragment f: units [first_unit[f], first_unit[f + 1])
+  double bytes_per_cycle = 0;                // per rank, every fragment once
+  double link_bytes_per_cycle = 0;           // over the busiest host's link
+  double cost_per_cycle = 0;                 // bytes x link weight (intra-host bytes of equal time)
+};
+OuterSync outer_sync_traffic(const PlanSettings& ps, const StrategyPlan& p);
 
 }  // namespace shardtrain::plan

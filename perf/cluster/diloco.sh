@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# DiLoCo (parallel.replica_sync = "diloco", docs/strategies.md) on the namespace test cluster,
+# 2 nodes x 2 ranks (tests/cluster/cluster.sh), per link setting (unshaped, then tc tbf on each
+# node's egress): full_shard and hybrid_shard syncing every step, hybrid_shard under DiLoCo at
+# each H of --inner-steps (diloco.outer_dtype fp32, whole model), and the streaming variant
+# (--streaming: fragments, overlap, outer dtype); for each: tokens/s, the bytes each node sent
+# over its link per optimizer step (its veth counters: Ethernet frames, payload + headers), the
+# engine's own inter-node counter, `shardtrain plan`'s inter-node bytes per step for the same
+# deck, and the ratios the issue's goals are stated in (bytes vs hybrid_shard on the same link,
+# tokens/s vs the same configuration unshaped and vs hybrid_shard on the same link).
+#
+#   perf/cluster/diloco.sh [SHARDTRAIN] [--rates "none 1gbit 100mbit"] [--inner-steps "10 50 100 500"]
+#                          [--streaming "F TAU DTYPE H"] [--warmup W] [--steps K] [--only LABEL]
+#
+# Bytes per step: two runs per cell, W and W+K steps (same deck, same start-up and final
+# checkpoint), (counters after the longer - after the shorter) / K, as perf/cluster/run.sh. For a
+# DiLoCo cell K is rounded up to whole cycles (a multiple of H): every fragment syncs once in any
+# H consecutive steps, so the difference holds exactly K / H outer syncs of each.
+# tokens/s: the longer run's steps after W, their tokens over their summed time (a mean, so the
+# steps that wait for an outer sync count; the median would leave them out).
+# --streaming "F TAU DTYPE H": one more cell, diloco.fragments F, diloco.overlap_steps TAU,
+# diloco.outer_dtype DTYPE at inner_steps H (default "4 1 int4 100"; "" = none; F is at most the
+# deck's units: wide.toml has 5). --only LABEL: that configuration only, with the two references.
+# Output: a Markdown table on stdout, raw numbers in $OUT/diloco.tsv (OUT=perf/cluster/out).
+# Needs root (namespaces); the cluster (its own name and subnet) is removed on exit.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+ST=$REPO/build/bin/shardtrain
+[[ ${1:-} != --* && -n ${1:-} ]] && { ST=$(realpath "$1"); shift; }
+RATES="none 1gbit 100mbit"
+HS="10 50 100 500"
+STREAM="4 1 int4 100"
+K=12 W=4 ONLY=
+usage() {
+  echo "usage: $0 [SHARDTRAIN] [--rates R] [--inner-steps \"H ...\"] [--streaming \"F TAU DTYPE H\"] [--warmup W] [--steps K] [--only LABEL]" >&2
+  exit 2
+}
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --rates) RATES=$2; shift 2 ;;
+    --inner-steps) HS=$(tr ',' ' ' <<<"$2"); shift 2 ;;
+    --streaming) STREAM=$2; shift 2 ;;
+    --warmup) W=$2; shift 2 ;;
+    --steps) K=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
+    *) usage ;;
+  esac
+done
+for h in $HS; do [[ $h =~ ^[1-9][0-9]*$ ]] || { echo "$0: --inner-steps: '$h' is not a positive integer" >&2; exit 2; }; done
+[[ $K =~ ^[1-9][0-9]*$ && $W =~ ^[0-9]+$ ]] || { echo "$0: --steps K >= 1, --warmup W >= 0" >&2; exit 2; }
+if [[ -n $STREAM ]]; then
+  read -r SF ST_TAU SDT SH <<<"$STREAM"
+  [[ $SF =~ ^[1-9][0-9]*$ && $ST_TAU =~ ^[0-9]+$ && $SDT =~ ^(fp32|bf16|int8|int4)$ && $SH =~ ^[1-9][0-9]*$ ]] ||
+    { echo "$0: --streaming '$STREAM': F TAU DTYPE H, e.g. \"4 1 int4 100\"" >&2; exit 2; }
+fi
+[[ -x $ST ]] || { echo "$0: no shardtrain binary at $ST (build it, or pass its path)" >&2; exit 2; }
+DECK=$HERE/wide.toml
+OUT=${OUT:-$HERE/out}
+mkdir -p "$OUT"
+CL=$REPO/tests/cluster
+export SHARDTRAIN_CLUSTER=${SHARDTRAIN_CLUSTER:-dlc} SHARDTRAIN_CLUSTER_NET=${SHARDTRAIN_CLUSTER_NET:-41}
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+# Ring all-gathers and all-reduces, as the planner assumes (perf/cluster/run.sh).
+export OMPI_MCA_coll_tuned_use_dynamic_rules=1 OMPI_MCA_coll_tuned_allgather_algorithm=4 OMPI_MCA_coll_tuned_allreduce_algorithm=4
+
+# label|H (0: every step)|--set arguments
+CONFIGS=(
+  "full_shard|0|parallel.strategy=full_shard"
+  "hybrid_shard|0|parallel.strategy=hybrid_shard"
+)
+for h in $HS; do
+  CONFIGS+=("hybrid_shard diloco H=$h|$h|parallel.strategy=hybrid_shard parallel.replica_sync=diloco diloco.inner_steps=$h")
+done
+if [[ -n $STREAM ]]; then
+  CONFIGS+=("hybrid_shard streaming H=$SH F=$SF tau=$ST_TAU $SDT|$SH|parallel.strategy=hybrid_shard parallel.replica_sync=diloco diloco.inner_steps=$SH diloco.fragments=$SF diloco.overlap_steps=$ST_TAU diloco.outer_dtype=$SDT")
+fi
+# Fail before the cluster is built when the binary refuses a configuration (an engine without DiLoCo).
+for c in "${CONFIGS[@]}"; do
+  IFS='|' read -r label _ setstr <<<"$c"
+  read -r -a sets <<<"$setstr"
+  args=()
+  for a in "${sets[@]}"; do args+=(--set "$a"); done
+  "$ST" deck check "$DECK" "${args[@]}" > "$OUT/deck-check.log" 2>&1 ||
+    { echo "$0: $label: the deck is refused:" >&2; tail -3 "$OUT/deck-check.log" >&2; exit 2; }
+done
+
+trap '"$CL/cluster.sh" stop >/dev/null 2>&1 || true' EXIT
+trap 'exit 1' INT TERM
+"$CL/cluster.sh" start 2
+
+link_bytes() {  # what each node sent: the root side's rx of its veth
+  local i
+  for i in 1 2; do echo -n "$(cat /sys/class/net/stv-"$SHARDTRAIN_CLUSTER"-n$i/statistics/rx_bytes) "; done
+  echo
+}
+run() {  # STEPS DIR SETS...: prints the counter deltas "node1 node2"
+  local steps=$1 dir=$2 before after a
+  shift 2
+  local sets=()
+  for a in "$@"; do sets+=(--set "$a"); done
+  rm -rf "$dir"
+  before=$(link_bytes)
+  "$CL/mpirun-cluster" -np 4 "$ST" train "$DECK" "${sets[@]}" --set train.max_steps="$steps" --set log.every=1 \
+    --set run.out_dir="$dir" > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; echo "run $dir failed" >&2; exit 1; }
+  after=$(link_bytes)
+  paste -d' ' <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after") | awk 'NF == 2 { printf "%d ", $2 - $1 } END { print "" }'
+}
+median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+timed() {  # METRICS: "step_ms tokens_per_s inter_node_bytes" of the steps after W
+  /usr/bin/python3 - "$1" "$W" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "step_ms" in r and r.get("step", 0) > int(sys.argv[2]):
+        print(r["step_ms"], r.get("tokens_per_s", 0), r.get("inter_node_bytes", 0))
+PY
+}
+# The plan's inter-node bytes per step (the busiest host's link) for the configuration's strategy.
+plan_link() {  # SETS...
+  local a sets=()
+  for a in "$@"; do sets+=(--set "$a"); done
+  "$ST" plan "$DECK" --ranks 4 --ranks-per-host 2 --compute-tflops 1 --strategy "$(sed -n 's/.*parallel.strategy=\([a-z_0-9]*\).*/\1/p' <<<"$*")" \
+    "${sets[@]}" 2>/dev/null | grep -m1 '^host link / step' | cut -c27- |
+    awk '{ v = $1; u = $2; m = 1; if (u == "KiB") m = 1024; if (u == "MiB") m = 1048576; if (u == "GiB") m = 1073741824; printf "%.0f", v * m }'
+}
+
+echo -e "rate\tconfig\tH\tsteps\ttokens_per_s\tstep_ms_median\tnode1_sent\tnode2_sent\tengine_inter\tplan_link\tfinal_loss" > "$OUT/diloco.tsv"
+for rate in $RATES; do
+  "$CL/cluster.sh" rate "$rate"
+  for c in "${CONFIGS[@]}"; do
+    IFS='|' read -r label h setstr <<<"$c"
+    [[ -n $ONLY && $label != "$ONLY" && $label != full_shard && $label != hybrid_shard ]] && continue
+    read -r -a sets <<<"$setstr"
+    k=$K
+    if ((h > 0)); then k=$(((K + h - 1) / h * h)); fi  # whole cycles
+    tag=$(tr -c 'a-zA-Z0-9\n' '_' <<<"$label")
+    a=$(run "$W" "$OUT/dlc-$rate-$tag-short" "${sets[@]}")
+    b=$(run $((W + k)) "$OUT/dlc-$rate-$tag" "${sets[@]}")
+    per=$(paste -d' ' <(tr ' ' '\n' <<<"$a") <(tr ' ' '\n' <<<"$b") | awk -v k="$k" 'NF == 2 { printf "%.0f\t", ($2 - $1) / k }')
+    m=$OUT/dlc-$rate-$tag/metrics.jsonl
+    stats=$(timed "$m" | awk '{ ms += $1; tok += $2 * $1 / 1e3; inter += $3; n++ }
+      END { printf "%.1f\t%.0f", tok / (ms / 1e3), inter / n }')
+    IFS=$'\t' read -r tps inter <<<"$stats"
+    med=$(timed "$m" | awk '{ print $1 }' | median)
+    loss=$(sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$m" | tail -1)
+    pl=$(plan_link "${sets[@]}")
+    echo -e "$rate\t$label\t$h\t$k\t$tps\t$med\t${per%$'\t'}\t$inter\t${pl:--}\t$loss" | tee -a "$OUT/diloco.tsv" >&2
+  done
+done
+"$CL/cluster.sh" stop
+trap - EXIT
+
+echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+mb() { awk -v b="$1" 'BEGIN { printf "%.3f", b / 1e6 }'; }
+echo "| link | configuration | steps | tokens/s | vs unshaped | vs hybrid_shard | step (ms, median) | node 1 sent / step (MB) | node 2 sent / step (MB) | link bytes vs hybrid_shard | engine: inter-node / step (MB, all ranks) | plan: host link / step (MB) | loss at the last step |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+for rate in $RATES; do
+  hs_tps=$(awk -F'\t' -v r="$rate" '$1 == r && $2 == "hybrid_shard" { print $5 }' "$OUT/diloco.tsv")
+  hs_b=$(awk -F'\t' -v r="$rate" '$1 == r && $2 == "hybrid_shard" { print ($7 > $8 ? $7 : $8) }' "$OUT/diloco.tsv")
+  awk -F'\t' -v r="$rate" '$1 == r' "$OUT/diloco.tsv" | while IFS=$'\t' read -r _ label _ k tps med n1 n2 ei pl loss; do
+    un=$(awk -F'\t' -v l="$label" '$1 == "none" && $2 == l { print $5 }' "$OUT/diloco.tsv")
+    ratio() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf f, a / b }'; }
+    plmb=-
+    [[ $pl != - ]] && plmb=$(mb "$pl")
+    echo "| $rate | $label | $k | $(printf %.0f "$tps") | $(ratio "$tps" "$un" %.2fx) | $(ratio "$tps" "$hs_tps" %.2fx) | $(printf %.0f "$med") | $(mb "$n1") | $(mb "$n2") | $(awk -v a="$n1" -v b="$n2" -v h="$hs_b" 'BEGIN { m = a > b ? a : b; if (m <= 0 || h <= 0) print "-"; else if (m >= h) printf "%.2fx", m / h; else printf "1/%.0f", h / m }') | $(mb "$ei") | $plmb | $loss |"
+  done
+done

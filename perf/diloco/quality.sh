@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# quality.sh: DiLoCo's validation loss against synchronous hybrid_shard at equal tokens
+# (issue 30's quality goal: within 2%). The deck perf/diloco/quality.toml (GPT-2, 4 blocks of
+# d 256, Austen in GPT-2 tokens, 4 ranks as 2 simulated hosts of 2, 2000 steps, validation every
+# 500) is trained once with parallel.replica_sync = every_step (the reference), once under DiLoCo
+# per H of --inner-steps (whole model, fp32 outer gradients) and once in the streaming variant
+# (--streaming "F TAU DTYPE H": fragments, overlap steps, outer dtype, H). Every run has the same
+# global batch, so the validation at step s is at equal tokens in all of them. Prints a Markdown
+# table: per configuration the validation loss at each validation step, the last one's ratio to
+# the reference and whether it is within 2%, with the date, CPU model and load.
+#
+#   perf/diloco/quality.sh [--build DIR] [--quick] [--steps N] [--val-every V] [--inner-steps "10 50 100 500"]
+#                          [--streaming "F TAU DTYPE H"] [--np 4] [--ranks-per-host 2] [--out DIR] [--set KEY=VALUE ...]
+#
+# --quick: a smoke test of the script and the engine (24 steps, validation every 12 on 2
+# batches, H = 4 8 12 24, streaming "2 1 int4 12"): its numbers say nothing about quality.
+# The full sweep is 6 runs of 2000 steps of 4 ranks: ~4 s per step on the 2-core dev VM under
+# load (2026-12-03), ~13 hours there; far less with a core or more per rank.
+# Data: .data/austen-gpt2 when it exists, else prepared once into OUT/austen-gpt2 (needs the
+# Austen source: scripts/fetch-data --for run). Outputs in OUT (default perf/diloco/out): one
+# run directory per configuration (metrics.jsonl, the log), quality.tsv, quality.md.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$root/build
+steps='' val_every='' val_batches='' quick=0 np=4 rph=2
+hs="10 50 100 500"
+stream="4 1 int4 100"
+out=${OUT:-$here/out}
+extra=()
+usage() {
+  echo "usage: $0 [--build DIR] [--quick] [--steps N] [--val-every V] [--inner-steps \"H ...\"]" \
+    "[--streaming \"F TAU DTYPE H\"] [--np N] [--ranks-per-host G] [--out DIR] [--set KEY=VALUE ...]" >&2
+  exit 2
+}
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --steps) steps=$2; shift 2 ;;
+    --val-every) val_every=$2; shift 2 ;;
+    --inner-steps) hs=$(tr ',' ' ' <<<"$2"); shift 2 ;;
+    --streaming) stream=$2; shift 2 ;;
+    --np) np=$2; shift 2 ;;
+    --ranks-per-host) rph=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --set) extra+=(--set "$2"); shift 2 ;;
+    *) usage ;;
+  esac
+done
+if ((quick)); then
+  steps=${steps:-24} val_every=${val_every:-12} val_batches=2
+  [[ $hs == "10 50 100 500" ]] && hs="4 8 12 24"
+  [[ $stream == "4 1 int4 100" ]] && stream="2 1 int4 12"
+fi
+steps=${steps:-2000} val_every=${val_every:-500}
+int() { [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "quality.sh: $1: '$2' is not a positive integer" >&2; exit 2; }; }
+int --steps "$steps"
+int --val-every "$val_every"
+int --np "$np"
+int --ranks-per-host "$rph"
+for h in $hs; do int --inner-steps "$h"; done
+if [[ -n $stream ]]; then
+  read -r sf stau sdt sh <<<"$stream"
+  [[ ${sf:-} =~ ^[1-9][0-9]*$ && ${stau:-} =~ ^[0-9]+$ && ${sdt:-} =~ ^(fp32|bf16|int8|int4)$ && ${sh:-} =~ ^[1-9][0-9]*$ ]] ||
+    { echo "quality.sh: --streaming '$stream': F TAU DTYPE H, e.g. \"4 1 int4 100\"" >&2; exit 2; }
+fi
+((np % rph == 0 && np / rph >= 2)) || { echo "quality.sh: --np $np over --ranks-per-host $rph: need 2 or more hosts (replicas)" >&2; exit 2; }
+st=$build/bin/shardtrain
+[[ -x $st ]] || { echo "quality.sh: no $st (cmake --build $build --target shardtrain)" >&2; exit 2; }
+deck=$here/quality.toml
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+mpi=(mpirun --oversubscribe --bind-to none -np "$np")
+[[ $(id -u) == 0 ]] && mpi+=(--allow-run-as-root)
+
+# label|--set arguments (the reference first)
+configs=("hybrid_shard every_step|parallel.replica_sync=every_step")
+for h in $hs; do configs+=("diloco H=$h|parallel.replica_sync=diloco diloco.inner_steps=$h"); done
+[[ -n $stream ]] && configs+=("streaming H=$sh F=$sf tau=$stau $sdt|parallel.replica_sync=diloco diloco.inner_steps=$sh diloco.fragments=$sf diloco.overlap_steps=$stau diloco.outer_dtype=$sdt")
+
+common=(--set "train.max_steps=$steps" --set "train.val_every=$val_every" --set "parallel.simulate_ranks_per_host=$rph"
+        --set "parallel.strategy=hybrid_shard")
+[[ -n $val_batches ]] && common+=(--set "train.val_batches=$val_batches")
+# Refuse before hours of training when the binary does not run a configuration (no DiLoCo yet).
+for c in "${configs[@]}"; do
+  read -r -a sets <<<"${c#*|}"
+  args=()
+  for a in "${sets[@]}"; do args+=(--set "$a"); done
+  "$st" deck check "$deck" "${common[@]}" "${args[@]}" "${extra[@]}" > "$out/deck-check.log" 2>&1 ||
+    { echo "quality.sh: ${c%%|*}: the deck is refused:" >&2; tail -3 "$out/deck-check.log" >&2; exit 2; }
+done
+
+data=$root/.data/austen-gpt2
+if [[ ! -d $data ]]; then
+  data=$out/austen-gpt2
+  [[ -d $data ]] || "$st" data prepare --source austen --tokenizer gpt2 --out "$data" > "$out/prepare.log" 2>&1 ||
+    { tail -5 "$out/prepare.log" >&2; echo "quality.sh: data prepare failed (scripts/fetch-data --for run installs the source)" >&2; exit 1; }
+fi
+
+started=$(date -u +%Y-%m-%dT%H:%MZ)
+load0=$(cut -d' ' -f1 /proc/loadavg)
+echo -e "config\tstep\tval_loss\twall_s" > "$out/quality.tsv"
+for c in "${configs[@]}"; do
+  label=${c%%|*}
+  read -r -a sets <<<"${c#*|}"
+  args=()
+  for a in "${sets[@]}"; do args+=(--set "$a"); done
+  dir=$out/$(tr -c 'a-zA-Z0-9\n' '_' <<<"$label")
+  rm -rf "$dir"
+  t0=$(date +%s)
+  (cd "$root" && "${mpi[@]}" "$st" train "$deck" "${common[@]}" "${args[@]}" "${extra[@]}" --set "data.dataset=$data" \
+    --set "run.out_dir=$dir") > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; echo "quality.sh: $label failed" >&2; exit 1; }
+  wall=$(($(date +%s) - t0))
+  /usr/bin/python3 - "$dir/metrics.jsonl" "$label" "$wall" >> "$out/quality.tsv" <<'PY'
+import json, sys
+seen = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "val_loss" in r and "step_ms" not in r:
+        seen[r["step"]] = r["val_loss"]
+for s in sorted(seen):
+    print("%s\t%d\t%.6f\t%s" % (sys.argv[2], s, seen[s], sys.argv[3]))
+PY
+  echo "quality.sh: $label: $wall s" >&2
+done
+
+/usr/bin/python3 - "$out/quality.tsv" "$started" "$load0" "$(cut -d' ' -f1 /proc/loadavg)" "$steps" "$np" "$rph" > "$out/quality.md" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+started, load0, load1, steps, np_, rph = sys.argv[2:8]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+import os
+configs = []
+for r in rows:
+    if r["config"] not in configs:
+        configs.append(r["config"])
+steps_v = sorted({int(r["step"]) for r in rows})
+val = {(r["config"], int(r["step"])): float(r["val_loss"]) for r in rows}
+wall = {r["config"]: r["wall_s"] for r in rows}
+ref = configs[0]
+last = steps_v[-1] if steps_v else None
+print("# DiLoCo quality: perf/diloco/quality.sh, started %s; %s, %d cores; load %s at the start, %s at the end" %
+      (started, cpu, os.cpu_count(), load0, load1))
+print("# %s steps, %s ranks as %d hosts of %s (hybrid_shard: %d replicas); validation loss at equal tokens" %
+      (steps, np_, int(np_) // int(rph), rph, int(np_) // int(rph)))
+print()
+print("| configuration | " + " | ".join("val loss @ %d" % s for s in steps_v) + " | last ÷ %s | within 2%% | wall s |" % ref)
+print("|---|" + "---:|" * len(steps_v) + "---:|---|---:|")
+for c in configs:
+    cells = ["%.4f" % val[(c, s)] if (c, s) in val else "-" for s in steps_v]
+    if last is not None and (c, last) in val and (ref, last) in val:
+        q = val[(c, last)] / val[(ref, last)]
+        ratio, ok = "%.4f" % q, ("yes" if q <= 1.02 else "NO")
+    else:
+        ratio, ok = "-", "-"
+    print("| %s | %s | %s | %s | %s |" % (c, " | ".join(cells), ratio, ok, wall.get(c, "")))
+PY
+cat "$out/quality.md"
