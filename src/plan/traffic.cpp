@@ -151,21 +151,12 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   return out;
 }
 
-int64_t int4_packed_bytes(int64_t n, int64_t block) {
-  const int64_t codes = (n + 1) / 2;
-  return (codes + 3) / 4 * 4 + 4 * ((n + block - 1) / block);
-}
-
-// The quantized formats' packed sizes: fsdp::quantized_bytes (int8) and the int4 layout of
-// quantize.h's header (two codes per byte), computed here until the wire formats' own count
-// (quant4's wire_average_bytes_sent) is in this branch.
-double outer_wire_bytes(int64_t n, const std::string& dtype, int64_t block, int ranks, double guard) {
-  const double fp32 = ring_bytes_sent(RingOp::AllReduce, ranks, 4.0 * n);
-  if (dtype == "fp32") return fp32;
-  if (dtype == "bf16") return ring_bytes_sent(RingOp::AllReduce, ranks, 2.0 * n);
-  ST_CHECK(dtype == "int8" || dtype == "int4", "outer_wire_bytes: unknown diloco.outer_dtype '", dtype, "'");
-  const int64_t packed = dtype == "int8" ? fsdp::quantized_bytes(n, block) : int4_packed_bytes(n, block);
-  return ring_bytes_sent(RingOp::AllGather, ranks, static_cast<double>(ranks) * packed) + guard * fp32;
+// One fragment flat's outer average: fsdp::wire_average_bytes_sent, the wire formats' own count
+// (fp32 / bf16 a ring all-reduce, int8 / int4 an all-gather of packed vectors), plus the
+// accuracy guard's exact fp32 average on a `guard` fraction of the outer steps.
+double outer_wire_bytes(int64_t n, fsdp::WireFormat f, int64_t block, int ranks, double guard) {
+  const double wire = fsdp::wire_average_bytes_sent(n, f, block, ranks, false);
+  return wire + guard * (fsdp::wire_average_bytes_sent(n, f, block, ranks, true) - wire);
 }
 
 // Fragments are consecutive groups of units, unit u of U in fragment u * F / U (the engine's rule,
@@ -177,7 +168,8 @@ OuterSync outer_sync_traffic(const PlanSettings& ps, const StrategyPlan& p) {
   const int F = ps.diloco.fragments;
   ST_USER_CHECK(F >= 1 && F <= U, "diloco.fragments = ", F, ": ", fsdp::to_string(p.strategy), " has ", U,
                 " units to cut into fragments (at most one fragment per unit)");
-  const bool quantized = ps.diloco.outer_dtype == "int8" || ps.diloco.outer_dtype == "int4";
+  const fsdp::WireFormat wire = fsdp::parse_wire_format(ps.diloco.outer_dtype);
+  const bool quantized = fsdp::is_quantized(wire);
   const double guard = quantized && ps.engine.compression.guard_every > 0 ? 1.0 / ps.engine.compression.guard_every : 0.0;
   const int er = ring_edges_leaving_busiest_host(ps.ranks, ps.ranks_per_host, p.shard_size, false);
   const double w = std::max(1.0, link_weight(ps, er));
@@ -187,7 +179,7 @@ OuterSync outer_sync_traffic(const PlanSettings& ps, const StrategyPlan& p) {
     double bytes = 0;
     for (int u = out.first_unit[f]; u < out.first_unit[f + 1]; ++u)
       for (const auto& fl : p.units[static_cast<size_t>(u)].flats)
-        bytes += outer_wire_bytes(fl.shard_numel, ps.diloco.outer_dtype, ps.engine.compression.block, R, guard);
+        bytes += outer_wire_bytes(fl.shard_numel, wire, ps.engine.compression.block, R, guard);
     PlannedCollective c;
     c.kind = CollectiveKind::ReplicaAllReduce;
     c.unit = -1;

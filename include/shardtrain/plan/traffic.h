@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "shardtrain/fsdp/options.h"
+#include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/plan/settings.h"
 #include "shardtrain/plan/step_time.h"
 
@@ -47,14 +48,11 @@ struct Traffic {
 // (outer_sync_traffic) are added to volume and cost amortised over the H steps of a cycle.
 Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPlan& p, bool qw, bool qg, bool hp);
 
-// Bytes one rank sends averaging n fp32 values over `ranks` replicas in DiLoCo's outer_dtype
-// (ring model, comm::ring_bytes_sent): fp32 / bf16 an all-reduce of 4n / 2n bytes, int8 / int4
-// an all-gather of `ranks` packed vectors (codes of 1 byte / half a byte per value, padded to 4
-// bytes, an fp32 scale per `block` values); `guard`: the fraction of syncs that also run the
-// exact fp32 all-reduce (the accuracy guard of the quantized formats).
-double outer_wire_bytes(int64_t n, const std::string& outer_dtype, int64_t block, int ranks, double guard);
-// Packed bytes of n values in int4 (two codes per byte), the int8 layout otherwise (fsdp/quantize.h).
-int64_t int4_packed_bytes(int64_t n, int64_t block);
+// Bytes one rank sends averaging n fp32 values over `ranks` replicas in DiLoCo's outer wire
+// format: fsdp::wire_average_bytes_sent (fp32 / bf16 a ring all-reduce, int8 / int4 an all-gather
+// of `ranks` packed vectors); `guard`: the fraction of syncs that also run the exact fp32
+// all-reduce (the accuracy guard of the quantized formats).
+double outer_wire_bytes(int64_t n, fsdp::WireFormat f, int64_t block, int ranks, double guard);
 
 // DiLoCo's outer sync of plan p (runs_diloco): the units cut into diloco.fragments consecutive
 // fragments, each averaged across the replicate group once per cycle of H inner steps.
