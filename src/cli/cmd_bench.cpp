@@ -2,6 +2,8 @@
 #include <cctype>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "bench_command.h"
 #include "command.h"
@@ -49,8 +51,11 @@ void add_bench_collectives(CLI::App& app, CommandFn& selected) {
   sub->add_option("--min-bytes", args->min_bytes, "Smallest total size (e.g. 1K)")->capture_default_str();
   sub->add_option("--max-bytes", args->max_bytes, "Largest total size (e.g. 64M); sizes double")
       ->capture_default_str();
-  sub->add_option("--dtype", args->opts.dtype, "fp32 | fp64 | bf16 | fp16")
-      ->check(CLI::IsMember(comm::float_dtype_short_names()))
+  const std::vector<std::string> dtypes = comm::float_dtype_short_names();
+  std::string dtype_help;
+  for (const std::string& n : dtypes) dtype_help += (dtype_help.empty() ? "" : " | ") + n;
+  sub->add_option("--dtype", args->opts.dtype, dtype_help)
+      ->check(CLI::IsMember(dtypes))
       ->capture_default_str();
   sub->add_option("--iters", args->opts.iters, "Timed iterations per size (1 .. 1000000)")
       ->check(CLI::Range(1, 1000000))
