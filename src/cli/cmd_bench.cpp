@@ -1,5 +1,4 @@
 // `shardtrain bench collectives`: our comm layer against the raw MPI calls, nccl-tests style.
-#include <cctype>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -10,6 +9,7 @@
 #include "shardtrain/comm/bench.h"
 #include "shardtrain/comm/dtype.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::cli {
@@ -22,15 +22,8 @@ struct BenchCollectivesArgs {
 
 int run_bench_collectives(runtime::Runtime& rt, BenchCollectivesArgs& a) {
   runtime::run_agreed(rt.world(), [&] {
-    // The number before the unit is bounded first, so that number x unit cannot wrap.
-    for (const auto* t : {&a.min_bytes, &a.max_bytes}) {
-      const std::string& s = *t;
-      size_t digits = 0;
-      while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
-      ST_USER_CHECK(digits <= 12, "bad size '", s, "': too large (at most 16G)");
-    }
-    a.opts.min_bytes = comm::parse_byte_size(a.min_bytes);
-    a.opts.max_bytes = comm::parse_byte_size(a.max_bytes);
+    a.opts.min_bytes = parse_byte_size(a.min_bytes, "--min-bytes");
+    a.opts.max_bytes = parse_byte_size(a.max_bytes, "--max-bytes");
     ST_USER_CHECK(a.opts.max_bytes <= (int64_t{16} << 30), "--max-bytes ", a.max_bytes,
                   " is too large (at most 16G: the benchmark allocates buffers of this size)");
     ST_USER_CHECK(a.opts.min_bytes >= 1 && a.opts.min_bytes <= a.opts.max_bytes, "--min-bytes ", a.min_bytes,
