@@ -2,7 +2,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <ostream>
