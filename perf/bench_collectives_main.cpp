@@ -5,6 +5,7 @@
 
 #include "shardtrain/comm/bench.h"
 #include "shardtrain/runtime/runtime.h"
+#include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
 
 using namespace shardtrain;
@@ -14,8 +15,8 @@ int main(int argc, char** argv) {
   try {
     comm::CollectivesBenchOptions o;
     if (argc > 1) o.op = argv[1];
-    if (argc > 2) o.min_bytes = comm::parse_byte_size(argv[2]);
-    if (argc > 3) o.max_bytes = comm::parse_byte_size(argv[3]);
+    if (argc > 2) o.min_bytes = parse_byte_size(argv[2], "min-bytes");
+    if (argc > 3) o.max_bytes = parse_byte_size(argv[3], "max-bytes");
     if (argc > 4) o.dtype = argv[4];
     if (argc > 5) o.iters = std::atoi(argv[5]);
     if (argc > 6) o.warmup = std::atoi(argv[6]);

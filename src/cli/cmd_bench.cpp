@@ -1,13 +1,15 @@
 // `shardtrain bench collectives`: our comm layer against the raw MPI calls, nccl-tests style.
-#include <cctype>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "bench_command.h"
 #include "command.h"
 #include "shardtrain/comm/bench.h"
 #include "shardtrain/comm/dtype.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::cli {
@@ -20,15 +22,8 @@ struct BenchCollectivesArgs {
 
 int run_bench_collectives(runtime::Runtime& rt, BenchCollectivesArgs& a) {
   runtime::run_agreed(rt.world(), [&] {
-    // The number before the unit is bounded first, so that number x unit cannot wrap.
-    for (const auto* t : {&a.min_bytes, &a.max_bytes}) {
-      const std::string& s = *t;
-      size_t digits = 0;
-      while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
-      ST_USER_CHECK(digits <= 12, "bad size '", s, "': too large (at most 16G)");
-    }
-    a.opts.min_bytes = comm::parse_byte_size(a.min_bytes);
-    a.opts.max_bytes = comm::parse_byte_size(a.max_bytes);
+    a.opts.min_bytes = parse_byte_size(a.min_bytes, "--min-bytes");
+    a.opts.max_bytes = parse_byte_size(a.max_bytes, "--max-bytes");
     ST_USER_CHECK(a.opts.max_bytes <= (int64_t{16} << 30), "--max-bytes ", a.max_bytes,
                   " is too large (at most 16G: the benchmark allocates buffers of this size)");
     ST_USER_CHECK(a.opts.min_bytes >= 1 && a.opts.min_bytes <= a.opts.max_bytes, "--min-bytes ", a.min_bytes,
@@ -49,8 +44,11 @@ void add_bench_collectives(CLI::App& app, CommandFn& selected) {
   sub->add_option("--min-bytes", args->min_bytes, "Smallest total size (e.g. 1K)")->capture_default_str();
   sub->add_option("--max-bytes", args->max_bytes, "Largest total size (e.g. 64M); sizes double")
       ->capture_default_str();
-  sub->add_option("--dtype", args->opts.dtype, "fp32 | fp64 | bf16 | fp16")
-      ->check(CLI::IsMember(comm::float_dtype_short_names()))
+  const std::vector<std::string> dtypes = comm::float_dtype_short_names();
+  std::string dtype_help;
+  for (const std::string& n : dtypes) dtype_help += (dtype_help.empty() ? "" : " | ") + n;
+  sub->add_option("--dtype", args->opts.dtype, dtype_help)
+      ->check(CLI::IsMember(dtypes))
       ->capture_default_str();
   sub->add_option("--iters", args->opts.iters, "Timed iterations per size (1 .. 1000000)")
       ->check(CLI::Range(1, 1000000))

@@ -9,6 +9,7 @@
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/import.h"
 #include "shardtrain/train/setup.h"
+#include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::cli {
@@ -74,7 +75,7 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
         if (a->format == "hf") {
           train::HfExportOptions o;
           o.dtype = a->dtype;
-          o.max_shard_bytes = train::parse_byte_size(a->max_shard_size, "--max-shard-size");
+          o.max_shard_bytes = parse_byte_size(a->max_shard_size, "--max-shard-size");
           o.tokenizer_from = a->tokenizer_from;
           train::export_hf_directory(a->file, a->out, o);
         } else {

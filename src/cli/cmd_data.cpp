@@ -9,6 +9,7 @@
 #include "shardtrain/data/corpus.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::cli {
@@ -18,12 +19,15 @@ struct DataArgs {
   std::string data_dir;
   std::string out;
   data::PrepareArgs prepare;
-  std::string tokenizer = "gpt2", dtype, in, info_dir;
+  std::string tokenizer = choices::kTokenizers[0], dtype, in, info_dir;
   std::string special_tokens = "match";
 };
 
-constexpr const char* kTokenizerHelp =
-    "gpt2 | byte | a model's tokenizer: tokenizer.json, tokenizer.model or the model directory (docs/data.md)";
+std::string tokenizer_help() {
+  std::string help;
+  for (const char* n : choices::kTokenizers) help += std::string(n) + " | ";
+  return help + "a model's tokenizer: tokenizer.json, tokenizer.model or the model directory (docs/data.md)";
+}
 constexpr const char* kSpecialTokensHelp =
     "match: special-token text in the input (\"<|eot_id|>\") is that token (default, as Hugging Face); "
     "text: it is ordinary text";
@@ -56,7 +60,7 @@ void add_data(CLI::App& app, CommandFn& selected) {
 
   auto* pr = data->add_subcommand(
       "prepare", "Tokenize a corpus into DIR/{train,val}.bin + meta.json (or MNIST); in parallel under mpirun");
-  pr->add_option("--tokenizer", args->prepare.tokenizer, kTokenizerHelp);
+  pr->add_option("--tokenizer", args->prepare.tokenizer, tokenizer_help());
   pr->add_option("--special-tokens", args->special_tokens, kSpecialTokensHelp)->check(CLI::IsMember({"match", "text"}));
   pr->add_option("--source", args->prepare.sources,
                  "austen | mnist | a text or JSONL file (.gz too), a directory of them, or a glob pattern (repeatable)")
@@ -97,7 +101,7 @@ void add_data(CLI::App& app, CommandFn& selected) {
     auto* c = data->add_subcommand(encode ? "encode" : "decode",
                                    encode ? "Text file -> raw little-endian token ids"
                                           : "Raw little-endian token ids -> text file");
-    c->add_option("--tokenizer", args->tokenizer, kTokenizerHelp);
+    c->add_option("--tokenizer", args->tokenizer, tokenizer_help());
     if (encode)
       c->add_option("--special-tokens", args->special_tokens, kSpecialTokensHelp)->check(CLI::IsMember({"match", "text"}));
     c->add_option("--dtype", args->dtype, "uint16 | uint32 (default: smallest that fits the vocabulary)")

@@ -16,6 +16,7 @@
 #include "shardtrain/train/plan_settings.h"
 #include "shardtrain/train/probe.h"
 #include "shardtrain/train/setup.h"
+#include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/memory.h"
 #include "shardtrain/util/mpi_check.h"
@@ -78,7 +79,7 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
     if (strategies.empty()) strategies.push_back(train::strategy_from_deck(d));
     base = train::model_spec_from_deck(d);
     bp = train::plan_batches(d, rt.size());
-    if (!a.memory_limit.empty()) limit = plan::parse_bytes(a.memory_limit, "--memory-limit");
+    if (!a.memory_limit.empty()) limit = parse_byte_size(a.memory_limit, "--memory-limit");
   });
   optim::KokkosScope kokkos;
   train::install_alloc_tracker();

@@ -20,6 +20,7 @@
 #include "shardtrain/train/peak_flops.h"
 #include "shardtrain/train/probe.h"
 #include "shardtrain/train/setup.h"
+#include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 
@@ -107,7 +108,7 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     ST_USER_CHECK(!a.measure || ranks == rt.size(), "plan --measure runs real steps on this job's ranks: --ranks ",
                   ranks, " must equal the number of MPI ranks (", rt.size(), ")");
     ST_USER_CHECK(rph >= 1 && ranks % rph == 0, "--ranks-per-host ", rph, " must divide --ranks ", ranks);
-    device_bytes = plan::parse_bytes(a.device_memory, "--device-memory");
+    device_bytes = parse_byte_size(a.device_memory, "--device-memory");
     ps = train::plan_settings_from_deck(d, ranks, rph);
     // The planner counts in int64 bytes: a deck beyond 2^62 bytes per rank cannot run on any
     // machine, and its plan would wrap.

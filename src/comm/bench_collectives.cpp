@@ -2,7 +2,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <ostream>
@@ -115,29 +114,6 @@ double overlap_seconds(MPI_Comm comm, const std::function<WorkPtr()>& issue, dou
 }
 
 }  // namespace
-
-int64_t parse_byte_size(const std::string& text) {
-  std::string s = text;
-  int64_t mult = 1;
-  if (!s.empty()) {
-    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
-    if (c == 'B') { s.pop_back(); c = s.empty() ? 0 : static_cast<char>(std::toupper(static_cast<unsigned char>(s.back()))); }
-    if (c == 'K') mult = 1ll << 10;
-    if (c == 'M') mult = 1ll << 20;
-    if (c == 'G') mult = 1ll << 30;
-    if (mult != 1) s.pop_back();
-  }
-  size_t used = 0;
-  long long v = -1;
-  try {
-    v = std::stoll(s, &used);
-  } catch (...) {
-    used = 0;
-  }
-  ST_USER_CHECK(used == s.size() && !s.empty() && v >= 0, "bad size '", text,
-                "': expected a byte count like 4096, 1K, 64M or 1G");
-  return v * mult;
-}
 
 at::ScalarType parse_float_dtype(const std::string& t) {
   const std::optional<at::ScalarType> d = dtype_from_name(t, /*with_alias=*/true);

@@ -32,10 +32,22 @@ std::string dtype_long_name(at::ScalarType t) {
   return c10::toString(t);
 }
 
+std::vector<at::ScalarType> float_dtypes() {
+  std::vector<at::ScalarType> out;
+  for (const DtypeName& d : dtype_names())
+    if (at::isFloatingType(d.type)) out.push_back(d.type);
+  return out;
+}
+
 std::vector<std::string> float_dtype_short_names() {
   std::vector<std::string> out;
-  for (const DtypeName& d : dtype_names())
-    if (at::isFloatingType(d.type)) out.emplace_back(d.short_name);
+  for (at::ScalarType t : float_dtypes()) out.emplace_back(dtype_short_name(t));
+  return out;
+}
+
+std::vector<std::string> float_dtype_long_names() {
+  std::vector<std::string> out;
+  for (at::ScalarType t : float_dtypes()) out.push_back(dtype_long_name(t));
   return out;
 }
 

@@ -1,6 +1,8 @@
 // Argument validation for collectives: numel relations, contiguity, dtypes, devices, aliasing.
+#include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <vector>
 
 #include "internal.h"
 #include "shardtrain/util/error.h"
@@ -8,8 +10,10 @@
 namespace shardtrain::comm::detail {
 namespace {
 
+// The floating dtypes of the table (dtype.h), read once: this runs on every collective.
 bool is_float_dtype(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
+  static const std::vector<at::ScalarType> floats = float_dtypes();
+  return std::find(floats.begin(), floats.end(), t) != floats.end();
 }
 
 void check_tensor(const std::string& g, const char* op, const char* what, const at::Tensor& t,
@@ -30,8 +34,10 @@ void check_tensor(const std::string& g, const char* op, const char* what, const 
 void check_dtype(const std::string& g, const char* op, const at::Tensor& t, bool allow_int64) {
   at::ScalarType s = t.scalar_type();
   if (is_float_dtype(s) || (allow_int64 && s == at::kLong)) return;
-  throw_comm_error(g, op, "unsupported dtype " + dtype_long_name(s) + "; supported: float32, float64, "
-                          "bfloat16, float16" + (allow_int64 ? ", int64" : ""));
+  std::string supported;
+  for (const std::string& n : float_dtype_long_names()) supported += (supported.empty() ? "" : ", ") + n;
+  if (allow_int64) supported += ", " + dtype_long_name(at::kLong);
+  throw_comm_error(g, op, "unsupported dtype " + dtype_long_name(s) + "; supported: " + supported);
 }
 
 // The MPI backend passes counts as int; refuse what would overflow rather than truncate.

@@ -9,6 +9,7 @@
 #include "shardtrain/data/hf_tokenizer.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/data/spm_tokenizer.h"
+#include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::data {
@@ -20,16 +21,17 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir,
                                           const TokenizerOptions& options) {
-  if (name == "byte") return std::make_unique<ByteTokenizer>();
-  if (name == "gpt2") {
+  if (name == choices::kByteTokenizer) return std::make_unique<ByteTokenizer>();
+  if (name == choices::kGpt2Tokenizer) {
     std::string dir = gpt2_dir(data_dir);
     return std::make_unique<Gpt2Tokenizer>(dir + "/encoder.json", dir + "/vocab.bpe");
   }
   namespace fs = std::filesystem;
   std::error_code ec;
-  ST_USER_CHECK(!name.empty() && fs::exists(name, ec), "unknown tokenizer '", name,
-                "' (expected gpt2, byte, or the path of a tokenizer.json, a tokenizer.model or a model directory "
-                "holding one; no such file or directory)");
+  ST_USER_CHECK(!name.empty() && fs::exists(name, ec), "unknown tokenizer '", name, "' (expected ",
+                choices::joined(choices::kTokenizers),
+                ", or the path of a tokenizer.json, a tokenizer.model or a model directory holding one; no such file "
+                "or directory)");
   std::string file = name;
   if (fs::is_directory(name, ec)) {
     // A model directory: tokenizer.json is preferred (it carries the added tokens and the

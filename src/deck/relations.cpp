@@ -37,6 +37,8 @@ void Deck::check_relations() const {
   if (get_string("parallel.replica_sync") != "every_step")
     fail({"parallel.replica_sync"}, shown("parallel.replica_sync") + " is not available in this build yet");
 
+  // The batch keys' relation at any world size; the data-parallel ranks' share of it is
+  // train::plan_batches' (which knows the world), the leaves' train::plan_leaves'.
   int64_t global = get_int("train.global_batch"), micro = get_int("train.micro_batch");
   int64_t accum = get_int("train.grad_accum");
   int64_t per_rank = micro * (accum > 0 ? accum : 1);

@@ -1,5 +1,7 @@
 // The deck schema: every section and key with its type, default, allowed values, unit and help.
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/util/choices.h"
@@ -11,11 +13,11 @@ namespace {
 // Fluent builder so each key reads as one line of the schema table.
 class Key {
  public:
-  Key(const char* key, Type type, Value def, const char* help) {
+  Key(const char* key, Type type, Value def, std::string help) {
     s_.key = key;
     s_.type = type;
     s_.default_value = std::move(def);
-    s_.help = help;
+    s_.help = std::move(help);
   }
   Key& unit(const char* u) { s_.unit = u; return *this; }
   Key& at_least(double v) { s_.has_min = true; s_.min = v; return *this; }
@@ -34,8 +36,8 @@ class Key {
 Key Int(const char* key, int64_t def, const char* help) { return Key(key, Type::Int, def, help); }
 Key Float(const char* key, double def, const char* help) { return Key(key, Type::Float, def, help); }
 Key Bool(const char* key, bool def, const char* help) { return Key(key, Type::Bool, def, help); }
-Key Str(const char* key, const char* def, const char* help) {
-  return Key(key, Type::String, std::string(def), help);
+Key Str(const char* key, const char* def, std::string help) {
+  return Key(key, Type::String, std::string(def), std::move(help));
 }
 Key List(const char* key, std::vector<std::string> def, const char* help) {
   return Key(key, Type::StringList, std::move(def), help);
@@ -274,9 +276,10 @@ std::vector<KeySpec> build_schema() {
     Str("data.dataset", "",
         "prepared dataset directory (shardtrain data prepare); \"\" = synthetic items drawn from run.seed "
         "(uniform tokens, or N(0,1) images for vit; no validation): throughput and scaling runs"),
-    Str("data.tokenizer", "gpt2",
-        "tokenizer that produced the tokens: gpt2, byte, or a model's tokenizer.json / tokenizer.model / model "
-        "directory, spelled as given to data prepare; when set, a token dataset made with another is an error"),
+    Str("data.tokenizer", choices::kTokenizers[0],
+        "tokenizer that produced the tokens: " + choices::joined(choices::kTokenizers) +
+            ", or a model's tokenizer.json / tokenizer.model / model directory, spelled as given to data "
+            "prepare; when set, a token dataset made with another is an error"),
     Float("data.val_fraction", 0.05,
           "validation fraction the dataset was prepared with (`data prepare --val-fraction`); when set, a "
           "dataset split otherwise is an error")

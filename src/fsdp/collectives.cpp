@@ -230,6 +230,11 @@ ReplicaGather gather_across_replicas(comm::Comm& replicate, const at::Tensor& mi
   return g;
 }
 
+ReplicaGather gather_host_ids(comm::Comm& group, int host_id, const c10::Device& device) {
+  return gather_across_replicas(group, at::full({1}, static_cast<double>(host_id),
+                                                at::TensorOptions().dtype(at::kDouble).device(device)));
+}
+
 double sum_of_squares(const at::Tensor& g) {
   at::Tensor acc = at::zeros({}, g.options().dtype(at::kDouble));
   for (int64_t b = 0; b < g.numel(); b += kNormChunkElems)

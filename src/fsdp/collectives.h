@@ -130,6 +130,12 @@ struct ReplicaGather {
 };
 ReplicaGather gather_across_replicas(comm::Comm& replicate, const at::Tensor& mine);
 
+// Every member's host id (-1 = unknown) over `group`, for the byte counters' split into bytes
+// inside and between hosts (CountingComm): `host_id` in this rank's slot of a double vector
+// [group.size()] on `device` (where the group's tensors live), all-gathered; all[r] is member r's
+// after the wait.
+ReplicaGather gather_host_ids(comm::Comm& group, int host_id, const c10::Device& device);
+
 // Sum of squares of a gradient shard in fp64, a chunk of kNormChunkElems at a time (a whole-
 // shard fp64 square would be 4x the shard's bytes: the peak of a no_shard step on the host).
 double sum_of_squares(const at::Tensor& g);

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include "collectives.h"
 #include "shardtrain/comm/ring_model.h"
 
 namespace shardtrain::fsdp {
@@ -15,11 +16,9 @@ CountingComm::CountingComm(comm::Comm& inner, int host_id, const c10::Device& de
   const int S = inner_.size();
   successor_ = (inner_.rank() + 1) % S;
   if (S == 1) return;
-  at::Tensor hosts = at::empty({S}, at::TensorOptions().dtype(at::kDouble).device(device));
-  at::Tensor mine = hosts.narrow(0, inner_.rank(), 1);
-  mine.fill_(static_cast<double>(host_id));
-  inner_.all_gather(hosts, mine)->wait();
-  at::Tensor h = hosts.cpu();
+  const ReplicaGather hosts = gather_host_ids(inner_, host_id, device);
+  hosts.work->wait();
+  const at::Tensor h = hosts.all.cpu();
   const double* p = h.data_ptr<double>();
   remote_ = host_id >= 0 && p[successor_] >= 0 && p[successor_] != p[inner_.rank()];
 }

@@ -3,15 +3,15 @@
 #include "shardtrain/runtime/blocking_region.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "shardtrain/runtime/test_pause.h"
 
 namespace shardtrain::runtime {
 namespace {
@@ -32,36 +32,21 @@ RegionWatcher* find(MPI_Comm comm) {
   return nullptr;
 }
 
-struct TestPause {
-  std::string name;
-  int rank = -1;
-};
-TestPause parse_pause() {
-  TestPause p;
-  const char* env = std::getenv("SHARDTRAIN_TEST_PAUSE_IN");
-  if (!env) return p;
-  std::string s(env);
-  const size_t colon = s.rfind(':');
-  if (colon == std::string::npos) return p;
-  p.name = s.substr(0, colon);
-  p.rank = std::atoi(s.substr(colon + 1).c_str());
-  return p;
-}
-
+// SHARDTRAIN_TEST_PAUSE_IN (blocking_region.h): the first time only; without a marker file
+// the rank says so and goes on, with one it waits until the test removes the file.
 void maybe_pause(const char* name) {
-  static const TestPause p = parse_pause();
+  static const PauseSpec p = read_pause_spec("SHARDTRAIN_TEST_PAUSE_IN", /*with_step=*/false);
   static std::atomic<bool> done{false};
-  if (p.name.empty() || p.name != name || done.load()) return;
+  if (p.point.empty() || p.point != name || done.load()) return;
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != p.rank || done.exchange(true)) return;
-  const char* marker = std::getenv("SHARDTRAIN_TEST_PAUSE_MARKER");
-  std::fprintf(stderr, "[rank %d] SHARDTRAIN_TEST_PAUSE_IN: pausing before region %s\n", rank, name);
-  if (!marker) return;
-  std::ofstream(marker) << ::getpid() << "\n";
-  struct stat st {};
-  for (int i = 0; i < 6000 && ::stat(marker, &st) == 0; ++i) ::usleep(100000);
-  std::fprintf(stderr, "[rank %d] SHARDTRAIN_TEST_PAUSE_IN: entering region %s\n", rank, name);
+  if (!p.at(name, -1, rank) || done.exchange(true)) return;
+  const char* marker = pause_marker();
+  pause_here("SHARDTRAIN_TEST_PAUSE_IN", rank, std::string("before region ") + name, [marker] {
+    struct stat st {};
+    return !marker || ::stat(marker, &st) != 0;
+  });
+  if (marker) std::fprintf(stderr, "[rank %d] SHARDTRAIN_TEST_PAUSE_IN: entering region %s\n", rank, name);
 }
 
 }  // namespace

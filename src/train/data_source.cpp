@@ -10,6 +10,7 @@
 #include "shardtrain/data/batch_tensors.h"
 #include "shardtrain/data/mnist.h"
 #include "shardtrain/data/token_dataset.h"
+#include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::train {
@@ -195,7 +196,7 @@ void check_prepared(const std::string& dir, bool images, const std::string& toke
   std::error_code ec;
   if (std::filesystem::exists(std::filesystem::path(dir) / "meta.json", ec)) return;
   const std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
-  const std::string tok = tokenizer.empty() ? "gpt2" : tokenizer;
+  const std::string tok = tokenizer.empty() ? choices::kTokenizers[0] : tokenizer;
   std::string cmd = program_as_typed() + " data prepare ";
   if (images) cmd += "--source mnist --out " + dir;
   else if (name.rfind("austen-", 0) == 0) cmd += "--source austen --tokenizer " + name.substr(7) + " --out " + dir;

@@ -72,27 +72,6 @@ const char* torch_dtype_name(const std::string& st) {
 
 }  // namespace
 
-int64_t parse_byte_size(const std::string& text, const std::string& what) {
-  // "5GB", "500MB", "2GiB", "1000000": decimal and binary units, as transformers' max_shard_size.
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    throw UserError(what + " = '" + text + "' is not a size (e.g. 5GB, 500MB, 2GiB)");
-  }
-  std::string unit = text.substr(pos);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  double mult = 0;
-  const std::pair<const char*, double> units[] = {{"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-                                                  {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0},
-                                                  {"TIB", 1099511627776.0}};
-  for (const auto& [u, m] : units)
-    if (unit == u) mult = m;
-  ST_USER_CHECK(mult > 0 && v > 0 && v * mult < 9e18, what, " = '", text, "' is not a size (e.g. 5GB, 500MB, 2GiB)");
-  return std::max<int64_t>(1, static_cast<int64_t>(v * mult));
-}
-
 void export_hf_directory(const std::string& path, const std::string& out_dir, const HfExportOptions& o) {
   ST_USER_CHECK(!out_dir.empty(), "ckpt export: the output directory is empty");
   // The output: absent, or an empty directory (a link, a file, a non-empty directory: refused).

@@ -32,7 +32,9 @@ LeafPlan plan_leaves(const deck::Deck& d, int world, int rank, int group, bool n
   ST_USER_CHECK(gb > 0, key,
                 " needs train.global_batch: without it the global batch is micro_batch x grad_accum x ranks and "
                 "changes with the world size");
-  ST_USER_CHECK(gb % mb == 0 && power_of_two(gb / mb), key,
+  // gb is a multiple of mb at any world size (Deck::check_relations); the leaves' count and
+  // the world's relation to it are this scheme's own rules.
+  ST_USER_CHECK(power_of_two(gb / mb), key,
                 " sums gradients in a binary tree over train.global_batch / train.micro_batch = ", gb, " / ", mb,
                 " leaves, which must be a power of two");
   p.leaves = gb / mb;

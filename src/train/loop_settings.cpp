@@ -8,7 +8,7 @@
 
 namespace shardtrain::train {
 
-TrainerSettings trainer_settings_from_deck(const deck::Deck& d) {
+TrainerSettings trainer_settings_from_deck(const deck::Deck& d, const comm::CommOptions& comm) {
   TrainerSettings s;
   s.max_steps = d.get_int("train.max_steps");
   s.max_tokens = d.get_int("train.max_tokens");
@@ -40,27 +40,33 @@ TrainerSettings trainer_settings_from_deck(const deck::Deck& d) {
   s.async = d.get_bool("checkpoint.async");
   // Never below 600 s: a short comm.timeout_s (quick hang detection) must not cut off the
   // flush of a large checkpoint on a slow filesystem.
-  s.write_deadline_s = std::max(600.0, d.get_float("comm.timeout_s"));
+  s.write_deadline_s = std::max(600.0, comm.timeout_s);
   return s;
 }
 
-RunSettings run_settings_from_deck(const deck::Deck& d, const ShardedJob& job, MPI_Comm world) {
-  int rank = 0, size = 1;
-  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
-  ST_MPI_CHECK(MPI_Comm_size(world, &size));
+RunSettings run_settings_from_deck(const deck::Deck& d, MPI_Comm world) {
   RunSettings r;
   runtime::run_agreed(world, [&] {
-    r.leaves = plan_leaves(d, size, rank, job.comms.shard ? job.comms.shard->size() : 1,
-                           job.comms.world && job.comms.world->backend() == comm::Backend::Nccl);
-    r.batch = plan_batches(d, size);
-    check_fits_host_memory(d, job.spec, r.batch, world, job.device.is_cpu());
+    r.comm = comm_options_from_deck(d);
     r.schedule = lr_schedule_from_deck(d, &r.schedule_note);
     r.optimizer = optimizer_config_from_deck(d);
-    r.loop = trainer_settings_from_deck(d);
+    r.loop = trainer_settings_from_deck(d, r.comm);
     if (d.is_set("data.tokenizer")) r.data_keys.tokenizer = d.get_string("data.tokenizer");
     if (d.is_set("data.val_fraction")) r.data_keys.val_fraction = d.get_float("data.val_fraction");
   });
   return r;
+}
+
+void plan_run_batches(RunSettings& rs, const deck::Deck& d, const ShardedJob& job, MPI_Comm world) {
+  int rank = 0, size = 1;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  ST_MPI_CHECK(MPI_Comm_size(world, &size));
+  runtime::run_agreed(world, [&] {
+    rs.leaves = plan_leaves(d, size, rank, job.comms.shard ? job.comms.shard->size() : 1,
+                            job.comms.world && job.comms.world->backend() == comm::Backend::Nccl);
+    rs.batch = plan_batches(d, size);
+    check_fits_host_memory(d, job.spec, rs.batch, world, job.device.is_cpu());
+  });
 }
 
 }  // namespace shardtrain::train

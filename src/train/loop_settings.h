@@ -44,12 +44,16 @@ struct TrainerSettings {
   double write_deadline_s = 600;  // max(600 s, comm.timeout_s): a stuck checkpoint write ends the job (exit 5)
 };
 
-TrainerSettings trainer_settings_from_deck(const deck::Deck& d);
+// `comm`: the run's comm options (comm_options_from_deck), whose timeout bounds write_deadline_s.
+TrainerSettings trainer_settings_from_deck(const deck::Deck& d, const comm::CommOptions& comm);
 
 // Everything `train` reads from the deck besides what open_sharded_job read: built once, before
-// anything is written, and handed down (no component reads a key after it).
+// anything is written, and handed down (no component reads a key after it). The keys first,
+// before the job opens (comm.timeout_s watches the job's set-up); the batch and leaf plans,
+// which need the job's world and groups, once it is open (plan_run_batches).
 struct RunSettings {
   TrainerSettings loop;
+  comm::CommOptions comm;           // comm.timeout_s: also the world's blocking regions' limit
   BatchPlan batch;                  // with leaves.on: leaves.per_rank micro-batches per rank
   LeafPlan leaves;                  // train.reproducible
   optim::LrSchedule schedule;
@@ -57,8 +61,10 @@ struct RunSettings {
   fsdp::OptimizerConfig optimizer;
   DataKeys data_keys;               // what a token dataset is checked against
 };
-// Collective over world (one agreement; check_fits_host_memory: a huge seq_len or micro_batch is
-// exit 2 here, not a bad_alloc later).
-RunSettings run_settings_from_deck(const deck::Deck& d, const ShardedJob& job, MPI_Comm world);
+// Collective over world (one agreement): every key but the batch plans'.
+RunSettings run_settings_from_deck(const deck::Deck& d, MPI_Comm world);
+// Collective over world (one agreement): rs.batch and rs.leaves for the open job, and
+// check_fits_host_memory (a huge seq_len or micro_batch is exit 2 here, not a bad_alloc later).
+void plan_run_batches(RunSettings& rs, const deck::Deck& d, const ShardedJob& job, MPI_Comm world);
 
 }  // namespace shardtrain::train

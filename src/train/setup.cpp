@@ -29,32 +29,34 @@ comm::CommOptions comm_options_from_deck(const deck::Deck& d) {
 }
 
 BatchPlan plan_batches(const deck::Deck& d, int dp_ranks) {
+  // The deck has checked what holds at any world size (micro_batch >= 1 by its range;
+  // global_batch a multiple of micro_batch x grad_accum: Deck::check_relations); what is left
+  // is the data-parallel ranks' share, stated here once.
   BatchPlan p;
   p.dp_ranks = dp_ranks;
-  const int64_t mb = d.get_int("train.micro_batch"), gb = d.get_int("train.global_batch"),
-                ga = d.get_int("train.grad_accum");
-  ST_USER_CHECK(mb > 0, "train.micro_batch must be > 0");
-  p.micro_batch = mb;
-  if (gb > 0 && ga > 0) {
-    p.global_batch = gb;
-    p.grad_accum = ga;
-  } else if (gb > 0) {
-    ST_USER_CHECK(gb % (mb * dp_ranks) == 0, "train.global_batch = ", gb, " is not a multiple of train.micro_batch (",
-                  mb, ") x data-parallel ranks (", dp_ranks, ")");
-    p.global_batch = gb;
-    p.grad_accum = gb / (mb * dp_ranks);
-  } else {
+  p.micro_batch = d.get_int("train.micro_batch");
+  const int64_t gb = d.get_int("train.global_batch"), ga = d.get_int("train.grad_accum");
+  if (gb == 0) {  // the global batch follows
     p.grad_accum = ga > 0 ? ga : 1;
-    p.global_batch = mb * p.grad_accum * dp_ranks;
+    p.global_batch = p.micro_batch * p.grad_accum * dp_ranks;
+    return p;
   }
+  p.global_batch = gb;
+  if (ga > 0) {  // all three given: the ranks must be the factor left
+    p.grad_accum = ga;
+    ST_USER_CHECK(gb == p.micro_batch * ga * dp_ranks, "train.global_batch = ", gb, " must equal train.micro_batch (",
+                  p.micro_batch, ") x train.grad_accum (", ga, ") x data-parallel ranks (", dp_ranks, ")");
+    return p;
+  }
+  // grad_accum follows: the ranks must divide the micro-batches of a step.
+  ST_USER_CHECK(gb % (p.micro_batch * dp_ranks) == 0, "train.global_batch = ", gb,
+                " is not a multiple of train.micro_batch (", p.micro_batch, ") x data-parallel ranks (", dp_ranks, ")");
+  p.grad_accum = gb / (p.micro_batch * dp_ranks);
   const deck::KeySpec* ga_spec = deck::find_key("train.grad_accum");
   ST_USER_CHECK(p.grad_accum <= static_cast<int64_t>(ga_spec->max), "train.global_batch = ", p.global_batch,
                 " / (train.micro_batch ", p.micro_batch, " x ", dp_ranks, " data-parallel ranks) = ", p.grad_accum,
                 " micro-batches per step, more than the ", static_cast<int64_t>(ga_spec->max),
                 " allowed: raise train.micro_batch or lower train.global_batch");
-  ST_USER_CHECK(p.global_batch == p.micro_batch * p.grad_accum * dp_ranks, "train.global_batch = ",
-                p.global_batch, " must equal train.micro_batch (", p.micro_batch, ") x train.grad_accum (",
-                p.grad_accum, ") x data-parallel ranks (", dp_ranks, ")");
   return p;
 }
 

@@ -330,13 +330,15 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   install_alloc_tracker();  // every CPU tensor allocation from here on (peak_tensor_bytes)
   optim::KokkosScope kokkos;
   install_stop_signal_handlers();
-  // Collectives outside the engine's communicators are blocking regions under the watchdog from here.
-  const std::unique_ptr<comm::RegionWatch> watch_world = comm::watch_regions(world, "world", d.get_float("comm.timeout_s"));
-  // Topology, mesh, device, communicators, the model on meta; then every other key, read once.
+  // The run's keys, read once; collectives outside the engine's communicators are blocking
+  // regions under the watchdog from here.
+  RunSettings rs = run_settings_from_deck(d, world);
+  const std::unique_ptr<comm::RegionWatch> watch_world = comm::watch_regions(world, "world", rs.comm.timeout_s);
+  // Topology, mesh, device, communicators, the model on meta; then the batch plans for them.
   ShardedJob job = open_watched_job(world, d);
   const c10::Device device = job.device;
   c10::OptionalDeviceGuard device_guard(device.is_cuda() ? c10::optional<c10::Device>(device) : c10::nullopt);
-  const RunSettings rs = run_settings_from_deck(d, job, world);
+  plan_run_batches(rs, d, job, world);
   const TrainerSettings& s = rs.loop;
   const RunDirs run_dirs = claim_outputs(d, rs, rt.rank(), world);
   const TrainingData data = open_training_data(rs, job.spec, rt.rank(), rt.size(), world);

@@ -256,17 +256,6 @@ TEST(MemoryPlan, MeasuredSharedLinkWeightPricesConcurrentRings) {
             plan::plan_strategy(ps, fsdp::Strategy::HybridShardZero2).comm_cost);
 }
 
-TEST(MemoryPlan, ParsesSizes) {
-  EXPECT_EQ(plan::parse_bytes("80GiB", "x"), int64_t(80) << 30);
-  EXPECT_EQ(plan::parse_bytes("512MiB", "x"), int64_t(512) << 20);
-  EXPECT_EQ(plan::parse_bytes("2GB", "x"), int64_t(2000000000));
-  EXPECT_EQ(plan::parse_bytes("1.5e9", "x"), int64_t(1500000000));
-  EXPECT_EQ(plan::parse_bytes("4096", "x"), 4096);
-  EXPECT_THROW(plan::parse_bytes("lots", "--device-memory"), UserError);
-  EXPECT_THROW(plan::parse_bytes("3 parsecs", "--device-memory"), UserError);
-  EXPECT_THROW(plan::parse_bytes("-1GiB", "--device-memory"), UserError);
-}
-
 TEST(MemoryPlan, CpuOffloadKeepsTheStateOutOfTheDevicePeak) {
   PlanSettings ps = gpt2(1, 1);
   StrategyPlan resident = plan::plan_strategy(ps, fsdp::Strategy::NoShard);

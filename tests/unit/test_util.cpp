@@ -6,11 +6,48 @@
 #include <cstdlib>
 #include <vector>
 
+#include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/host_memory.h"
 #include "shardtrain/util/memory.h"
 
 using namespace shardtrain;
+
+// The one size parser (plan --device-memory, maxbatch --memory-limit, ckpt export
+// --max-shard-size, bench collectives --min-bytes/--max-bytes).
+TEST(ByteSize, ParsesSizes) {
+  EXPECT_EQ(parse_byte_size("80GiB", "x"), int64_t(80) << 30);
+  EXPECT_EQ(parse_byte_size("512MiB", "x"), int64_t(512) << 20);
+  EXPECT_EQ(parse_byte_size("2GB", "x"), int64_t(2000000000));
+  EXPECT_EQ(parse_byte_size("1.5e9", "x"), int64_t(1500000000));
+  EXPECT_EQ(parse_byte_size("4096", "x"), 4096);
+  EXPECT_THROW(parse_byte_size("lots", "--device-memory"), UserError);
+  EXPECT_THROW(parse_byte_size("3 parsecs", "--device-memory"), UserError);
+  EXPECT_THROW(parse_byte_size("-1GiB", "--device-memory"), UserError);
+}
+
+// What each spelling that a doc, test or script uses has always meant: KB, MB, GB decimal
+// (ckpt export's "60KB", "5GB"), the bench's bare letters binary ("1K", "64M", "16M").
+TEST(ByteSize, DecimalWithBBinaryWithoutOrWithIB) {
+  EXPECT_EQ(parse_byte_size("60KB", "x"), 60000);
+  EXPECT_EQ(parse_byte_size("5gb", "x"), int64_t(5000000000));
+  EXPECT_EQ(parse_byte_size("1K", "x"), 1024);
+  EXPECT_EQ(parse_byte_size("64M", "x"), int64_t(64) << 20);
+  EXPECT_EQ(parse_byte_size("16m", "x"), int64_t(16) << 20);
+  EXPECT_EQ(parse_byte_size("1G", "x"), int64_t(1) << 30);
+  EXPECT_EQ(parse_byte_size("40 GiB", "x"), int64_t(40) << 30);
+  EXPECT_EQ(parse_byte_size("1.5KiB", "x"), 1536);
+  try {
+    parse_byte_size("0", "--min-bytes");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--min-bytes: '0' must be a positive size"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_byte_size("0.5", "x"), UserError);  // less than a byte
+  EXPECT_THROW(parse_byte_size("9e18", "x"), UserError);
+  EXPECT_THROW(parse_byte_size("nan", "x"), UserError);
+  EXPECT_THROW(parse_byte_size("1XB", "x"), UserError);
+}
 
 TEST(Error, CheckNamesFileLineAndRank) {
   set_error_rank(3);

@@ -57,8 +57,6 @@ std::vector<CollectivesBenchRow> run_collectives_bench(MPI_Comm comm,
                                                        const CollectivesBenchOptions& opts,
                                                        std::ostream& out);
 
-// "4096", "1K", "64M", "1G" (powers of 1024) -> bytes; throws UserError otherwise.
-int64_t parse_byte_size(const std::string& text);
 // A floating dtype by its short or long name or alias (dtype.h: "fp32"/"float32"/"float", ...);
 // throws UserError.
 at::ScalarType parse_float_dtype(const std::string& text);

@@ -26,7 +26,10 @@ std::optional<at::ScalarType> dtype_from_name(const std::string& name, bool with
 const char* dtype_short_name(at::ScalarType t);
 // "float32", ...; torch's own name for a dtype without a row.
 std::string dtype_long_name(at::ScalarType t);
-// Short names of the floating dtypes the collectives move, in the table's order.
+// The floating dtypes the collectives move (the table's floating rows, in its order), their
+// short names (the benchmark's --dtype) and long names (the comm layer's errors).
+std::vector<at::ScalarType> float_dtypes();
 std::vector<std::string> float_dtype_short_names();
+std::vector<std::string> float_dtype_long_names();
 
 }  // namespace shardtrain::comm

@@ -1,6 +1,7 @@
 // The byte-level fallback tokenizer: one id per byte, vocab 256, lossless, no files.
 #pragma once
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/util/choices.h"
 
 namespace shardtrain::data {
 
@@ -11,7 +12,7 @@ class ByteTokenizer final : public Tokenizer {
   void encode_append(std::string_view text, std::vector<std::int32_t>& out) override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
   std::int64_t vocab_size() const override { return 256; }
-  std::string name() const override { return "byte"; }
+  std::string name() const override { return choices::kByteTokenizer; }
   std::int32_t eot_id() const override { return -1; }
 };
 

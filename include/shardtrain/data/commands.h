@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/util/choices.h"
 
 namespace shardtrain::data {
 
@@ -13,7 +14,9 @@ std::string cmd_extract_austen(const std::string& data_dir, const std::string& o
 
 struct PrepareArgs {
   std::string data_dir;
-  std::string tokenizer = "gpt2";       // gpt2 | byte | a tokenizer.json / tokenizer.model / model dir (ignored for mnist)
+  // A built-in name (choices::kTokenizers) or a tokenizer.json / tokenizer.model / model dir
+  // (ignored for mnist).
+  std::string tokenizer = choices::kTokenizers[0];
   TokenizerOptions tokenizer_options;   // --special-tokens match | text
   std::vector<std::string> sources;     // "austen", "mnist", or text files
   std::string out_dir;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/util/choices.h"
 
 namespace shardtrain::data {
 
@@ -24,7 +25,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   void encode_append(std::string_view text, std::vector<std::int32_t>& out) override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(v_->id_to_bytes.size()); }
-  std::string name() const override { return "gpt2"; }
+  std::string name() const override { return choices::kGpt2Tokenizer; }
   std::int32_t eot_id() const override { return v_->eot_id; }
   // "<|endoftext|>", the one special token of GPT-2 (its BOS and EOS in transformers).
   std::int32_t token_id(std::string_view token) const override {

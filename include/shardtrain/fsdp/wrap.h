@@ -1,7 +1,7 @@
 // Wrap policy and flat layout: which modules become FSDP units, which parameters each unit's
 // flat parameters hold and in which order, how each flat is padded for its shard group, and which
 // flats alias their fp32 masters. fsdp::Engine builds its units from this plan; the memory planner
-// (train/memory_plan.cpp) and the tests read it instead of deriving it again.
+// (plan/strategy_plan.cpp) and the tests read it instead of deriving it again.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>

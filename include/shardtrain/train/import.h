@@ -39,8 +39,6 @@ struct HfExportOptions {
   std::string tokenizer_from;
 };
 void export_hf_directory(const std::string& path, const std::string& out_dir, const HfExportOptions& o);
-// "5GB", "500MB", "2GiB", "123": bytes (decimal and binary units). UserError naming `what`.
-int64_t parse_byte_size(const std::string& text, const std::string& what);
 // The parameters of the model `spec` describes, each once (a tied weight once), in model order.
 std::vector<ckpt::ExpectedTensor> expected_tensors(const model::ModelSpec& spec);
 

@@ -1,7 +1,7 @@
 // The enumerations decks and command lines spell, each named once: the deck schema's allowed
 // values, the parsers (fsdp::parse_strategy, fsdp::parse_dtype), the device and backend checks
-// (fsdp::open_groups) and `shardtrain deck reference --json` (which jobscripts/scaling-study
-// reads) all take the names from here. The order is the order of the C++ enums that mirror them
+// (fsdp::open_groups), the tokenizer factory (data::make_tokenizer) and `shardtrain deck
+// reference --json` (which jobscripts/scaling-study reads) all take the names from here. The order is the order of the C++ enums that mirror them
 // (fsdp::Strategy, fsdp::OptimizerKind).
 #pragma once
 #include <array>
@@ -28,6 +28,12 @@ inline constexpr std::array<const char*, 4> kOuterDtypes = {"fp32", "bf16", "int
 // (fsdp::BackwardPrefetch: Pre, Post, None).
 inline constexpr std::array<const char*, 3> kWrapPolicies = {"block", "size", "none"};
 inline constexpr std::array<const char*, 3> kBackwardPrefetch = {"pre", "post", "none"};
+
+// data.tokenizer's (and data prepare --tokenizer's) built-in tokenizers (data::make_tokenizer);
+// any other value is a model tokenizer's path. The first is the default.
+inline constexpr const char* kGpt2Tokenizer = "gpt2";
+inline constexpr const char* kByteTokenizer = "byte";
+inline constexpr std::array<const char*, 2> kTokenizers = {kGpt2Tokenizer, kByteTokenizer};
 
 // Index of `s` in names, or -1.
 template <size_t N>
