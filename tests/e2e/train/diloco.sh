@@ -42,6 +42,7 @@ print("A: largest relative weight difference", worst)
 sys.exit(0 if 0 < worst < 1e-5 or worst == 0 else 1)
 PY
 grep -q '"inter_node_bytes":0[,}]' "$T/A-dl/metrics.jsonl" && fail "A: H = 1 synced nothing between nodes on some step"
+[ "$(grep -c '"event":"outer_sync"' "$T/A-dl/metrics.jsonl")" = 12 ] || fail "A: H = 1 did not take 12 outer steps"
 
 note "B: H = 4, AdamW: 12 steps straight vs 6 (mid-cycle) + resume: the same bits"
 B=("${HY[@]}" "${DL[@]}" --set diloco.inner_steps=4)
@@ -53,6 +54,9 @@ groups=$(h5ls "$(ckpt_file "$T/B2" 6)/optim")
 for g in diloco.outer_momentum diloco.local.r0 diloco.local.r1 exp_avg.r1 exp_avg_sq.r0; do
   grep -q "^$g " <<<"$groups" || fail "B: no $g in the checkpoint's /optim: $groups"
 done
+# Mid-cycle the replicas differ (so their own states are what makes the resume exact).
+h5diff -q "$(ckpt_file "$T/B2" 6)" "$(ckpt_file "$T/B2" 6)" /optim/diloco.local.r0 /optim/diloco.local.r1 &&
+  fail "B: the two replicas' masters are equal mid-cycle: nothing was trained apart"
 step_table "$T/B1/metrics.jsonl" > "$T/B1.steps"
 step_table "$T/B2/metrics.jsonl" > "$T/B2.steps"
 [ "$(wc -l < "$T/B1.steps")" = 12 ] || fail "B1 logged $(wc -l < "$T/B1.steps") steps"
