@@ -172,6 +172,7 @@ Engine::~Engine() {
     for (auto& fp : u->flats)
       if (fp->gather_work()) fp->gather_work()->wait();
   for (auto& d : impl_->d2h) d.done->synchronize();
+  if (impl_->outer) impl_->outer->wait_all();  // overlapped outer averages still in flight
   // Nothing queued on the device may still use storages freed below.
   synchronize_device(impl_->dev->device());
 }
@@ -367,6 +368,12 @@ std::vector<std::string> Engine::diloco_state_names(const std::vector<std::strin
   for (int k = 0; k < R; ++k) out.push_back("diloco.local.r" + std::to_string(k));
   for (const std::string& s : opt_states)
     for (int k = 0; k < R; ++k) out.push_back(s + ".r" + std::to_string(k));
+  if (impl_->opts.replica_sync.overlap_steps > 0) {
+    // Overlapped averages in flight at the save: the average (the same on every replica) and
+    // each replica's master at the issue (zeros for flats whose fragment has none).
+    out.push_back("diloco.pending_avg");
+    for (int k = 0; k < R; ++k) out.push_back("diloco.issue.r" + std::to_string(k));
+  }
   return out;
 }
 
@@ -380,8 +387,11 @@ std::vector<std::vector<at::Tensor>>& Engine::diloco_staging(const OptStateFn& o
     return out;
   }
   const int R = replicas_of(m);
-  const size_t per = 2 + static_cast<size_t>(R) * (1 + opt_states);
+  const bool overlap = m.opts.replica_sync.overlap_steps > 0;
+  const size_t base = 2 + static_cast<size_t>(R) * (1 + opt_states);  // the pending states' first index
+  const size_t per = base + (overlap ? 1 + R : 0);
   const std::vector<FlatParam*> flats = flat_params();
+  if (gather && overlap) m.outer->finish_in_flight([&m](comm::Work& w) { m.wait_timed(w); });
   out.resize(flats.size());
   for (size_t i = 0; i < flats.size(); ++i) {
     const int64_t L = flats[i]->shard_numel();
@@ -404,6 +414,9 @@ std::vector<std::vector<at::Tensor>>& Engine::diloco_staging(const OptStateFn& o
     };
     all(flats[i]->master(), 2);
     for (size_t s = 0; s < opt_states; ++s) all(opt_state(i, s), 2 + R * (1 + s));
+    if (!overlap) continue;
+    d[base].copy_(m.outer->pending_average(i));
+    all(m.outer->issued_master(i), base + 1);
   }
   return out;
 }
@@ -414,10 +427,14 @@ void Engine::load_diloco(const OptStateFn& opt_state, size_t opt_states, const s
   Impl::Scope scope(m);
   const int R = replicas_of(m);
   const int me = m.comms.replicate ? m.comms.replicate->rank() : 0;
-  ST_CHECK(present.size() == 1 + R * (1 + opt_states), "load_diloco: ", present.size(), " flags for ",
-           1 + R * (1 + opt_states), " states");
-  bool locals = true;
-  for (size_t j = 1; j < present.size(); ++j) locals = locals && present[j];
+  const bool overlap = m.opts.replica_sync.overlap_steps > 0;
+  const size_t base = 2 + static_cast<size_t>(R) * (1 + opt_states);
+  ST_CHECK(present.size() == base - 1 + (overlap ? 1 + R : 0), "load_diloco: ", present.size(), " flags");
+  // present[0]: the momentum; [1, base - 1): the replicas' masters and optimizer states; then the
+  // overlapped averages in flight (tau > 0).
+  bool locals = true, pending = true;
+  for (size_t j = 1; j < base - 1; ++j) locals = locals && present[j];
+  for (size_t j = base - 1; j < present.size(); ++j) pending = pending && present[j];
   if (present[0] && !locals && group_rank(m.comms.world) == 0)
     log::info("# diloco: the checkpoint's replicas' own states do not fit " + std::to_string(R) +
               " replicas: every replica restarts from its outer copy (the inner steps since the last outer step are "
@@ -431,6 +448,15 @@ void Engine::load_diloco(const OptStateFn& opt_state, size_t opt_states, const s
     if (!locals) continue;
     flats[i]->write_master().copy_(d.at(i).at(2 + me));
     for (size_t s = 0; s < opt_states; ++s) opt_state(i, s).copy_(d.at(i).at(2 + R * (1 + s) + me));
+  }
+  if (overlap) {
+    // The averages in flight at the save continue only with the replicas' own states.
+    std::vector<at::Tensor> avg, issued;
+    for (size_t i = 0; i < flats.size(); ++i) {
+      avg.push_back(d.at(i).at(base));
+      issued.push_back(d.at(i).at(base + 1 + me));
+    }
+    m.outer->restore(locals && pending, avg, issued);
   }
   if (m.zpp) m.zpp->masters_changed();
 }

@@ -112,11 +112,6 @@ std::optional<OptionConflict> check_replica_sync(const EngineOptions& o) {
                               std::to_string(rs.inner_steps / rs.fragments) +
                               " (a fragment's average lands before the next fragment's sync)",
                           std::to_string(rs.overlap_steps)};
-  if (rs.overlap_steps > 0)
-    return OptionConflict{"diloco.overlap_steps",
-                          "is not available in this build yet: a fragment's outer step waits for its average "
-                          "(diloco.overlap_steps = 0)",
-                          std::to_string(rs.overlap_steps)};
   if (rs.outer_dtype == OuterDtype::Bf16 && o.reproducible)
     return OptionConflict{"diloco.outer_dtype",
                           "rounds the outer gradients on the wire: train.reproducible sums them in fp32 in a fixed "

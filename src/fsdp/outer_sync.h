@@ -5,19 +5,24 @@
 // its outer step after the inner steps s >= 1 with s = offset_f (mod H), offset_f = f * H / F:
 // the outer gradient (outer copy - master) is averaged across the replicate group
 // (collectives.h's average_outer_gradients), the outer SGD (optim/outer_sgd.h) moves the outer
-// copy and every replica's master restarts from it. The engine calls it after each inner step
+// copy and every replica's master restarts from it. With overlap_steps = tau > 0 the average is
+// issued after step s and applied after step s + tau (the inner steps meanwhile run on): the
+// outer copy takes the outer step, and the replica keeps the progress it made since the issue,
+// master = outer_new + (master_now - master_at_issue). The engine calls it after each inner step
 // (Engine::sync_replicas) with explicit communicators and its timed wait; nothing here knows the
 // engine's internals.
 #pragma once
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <vector>
 
 #include "shardtrain/comm/comm.h"
 #include "shardtrain/fsdp/flat_param.h"
 #include "shardtrain/fsdp/options.h"
+#include "collectives.h"
 
 namespace shardtrain::fsdp {
 
@@ -37,9 +42,22 @@ class OuterSync {
   // Whether fragment f takes its outer step after inner step `step` (1-based).
   bool due(int f, int64_t step) const;
 
-  // After inner step `step`: the outer step of every fragment due, in fragment order (each one
-  // average, waited through `wait`). Returns the fragments synced.
+  // After inner step `step`: first the overlapped averages due now are applied (issue order);
+  // then every fragment due issues its average (tau = 0: waited through `wait` and applied at
+  // once). Returns the fragments whose sync started at this step.
   std::vector<int> step(int64_t step, const std::function<void(comm::Work&)>& wait);
+
+  // tau > 0, checkpoints: every average in flight is waited for (not applied: that stays at its
+  // due step). Then flat i's pending average (zeros when its fragment has none) and its master at
+  // the issue (this replica's), for a save; and after a load, both given back: a fragment with a
+  // pending average at the saved step (derived from the schedule at the next step()) continues
+  // from them. restore(false): nothing was saved (the averages in flight are dropped).
+  void finish_in_flight(const std::function<void(comm::Work&)>& wait);
+  at::Tensor pending_average(size_t i) const;
+  at::Tensor issued_master(size_t i) const;
+  void restore(bool saved, const std::vector<at::Tensor>& averages, const std::vector<at::Tensor>& issued);
+  // Waits for every average in flight (the engine's destructor: the works use their tensors).
+  void wait_all();
 
   // Checkpoints: flat i's outer copy and momentum (fp32 [shard_numel], on the masters' device).
   size_t num_flats() const { return flats_.size(); }
@@ -57,7 +75,22 @@ class OuterSync {
     int fragment = 0;
     at::Tensor outer, momentum;
   };
-  void outer_step(int f, const std::function<void(comm::Work&)>& wait);
+  // One fragment's average in flight (or done), to be applied at `due`.
+  struct Pending {
+    int fragment = 0;
+    int64_t due = 0;
+    std::vector<size_t> flats;        // indices into flats_
+    std::vector<at::Tensor> issued;   // tau > 0: each flat's master at the issue
+    OuterAverage avg;                 // avg.grads: the outer gradients, the average once done
+    bool done = false;
+  };
+  Pending issue(int f, int64_t step);
+  void complete(Pending& p, const std::function<void(comm::Work&)>& wait);
+  void apply(const Pending& p);
+  std::deque<Pending> pending_;
+  // From a checkpoint: per flat the pending average and master at issue; turned into Pending
+  // entries at the next step() (which knows the step count).
+  std::vector<at::Tensor> restored_avg_, restored_issued_;
   ReplicaSync rs_;
   std::vector<PerFlat> flats_;
   comm::Comm* replicate_ = nullptr;

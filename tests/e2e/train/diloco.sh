@@ -8,6 +8,7 @@
 #      offset (metrics.jsonl's outer_sync events and counters), and nothing crosses between nodes
 #      on the other steps;
 #   D: train.reproducible: the same bits with 2 replicas of 2 ranks and of 1 rank;
+#   F: overlapped outer steps (diloco.overlap_steps): a resume with an average in flight is exact;
 #   E: the combinations the engine does not run exit 2 naming the key, before any record.
 source "$(dirname "$0")/lib.sh"
 make_dataset
@@ -86,6 +87,30 @@ train_ok 2 "$T/D2" "${R[@]}" --set parallel.simulate_ranks_per_host=1 --set trai
 h5diff -q "$(ckpt_file "$T/D4" 6)" "$(ckpt_file "$T/D2" 6)" /model /model ||
   fail "D: the reproducible model differs between shard groups of 2 and 1"
 diff <(field "$T/D4/metrics.jsonl" loss) <(field "$T/D2/metrics.jsonl" loss) || fail "D: losses differ"
+
+note "F: overlapped outer steps (2 fragments, H = 6, tau = 2): 12 straight vs 7 + resume, an average in flight at the save"
+F=("${HY[@]}" "${DL[@]}" --set diloco.inner_steps=6 --set diloco.fragments=2 --set diloco.overlap_steps=2)
+train_ok $NP "$T/F1" "${F[@]}"
+train_ok $NP "$T/F2" "${F[@]}" --set train.max_steps=7
+train_ok $NP "$T/F2" "${F[@]}"
+grep -q "# resumed from $(ckpt_file "$T/F2" 7): step 7," "$T/F2.log" || fail "F did not resume from step 7"
+h5ls "$(ckpt_file "$T/F2" 7)/optim" | grep -q "^diloco.issue.r1 " || fail "F: no pending state in the checkpoint"
+# Fragment 0's average, issued after step 6, lands after step 8: at the save after step 7 it is in flight.
+/usr/bin/python3 - "$(ckpt_file "$T/F2" 7)" <<'PY' || fail "F: the checkpoint at step 7 holds no average in flight"
+import sys, h5py, numpy as np
+g = h5py.File(sys.argv[1], "r")["optim/diloco.pending_avg"]
+sys.exit(0 if any(np.any(g[n][()] != 0) for n in g) else 1)
+PY
+step_table "$T/F1/metrics.jsonl" > "$T/F1.steps"
+step_table "$T/F2/metrics.jsonl" > "$T/F2.steps"
+diff "$T/F1.steps" "$T/F2.steps" || fail "F: the resumed overlapped run's steps differ"
+same_params "$(ckpt_file "$T/F1" 12)" "$(ckpt_file "$T/F2" 12)"
+# Steps 1-3 run before any average is applied (tau = 0 applies the first after step 3, tau = 2 after step 5).
+train_ok $NP "$T/F0" "${F[@]}" --set diloco.overlap_steps=0 --set train.max_steps=6
+diff <(field "$T/F0/metrics.jsonl" loss | sed -n 1,3p) <(field "$T/F1/metrics.jsonl" loss | sed -n 1,3p) ||
+  fail "F: tau = 2 changed the steps before the first average landed"
+[ "$(field "$T/F0/metrics.jsonl" loss | sed -n 6p)" != "$(field "$T/F1/metrics.jsonl" loss | sed -n 6p)" ] ||
+  fail "F: tau = 2 and tau = 0 give the same loss at step 6"
 
 note "E: combinations the engine does not run exit 2 naming the key"
 refused() {  # KEY OUT -- --set ...
