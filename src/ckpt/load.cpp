@@ -71,6 +71,9 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
   H5Id file;
   std::vector<Digest> stored(plan.size() * (1 + ns));
   int64_t opt_steps = 0;
+  // DiLoCo's states (from snap.optional_from on) may be missing: a checkpoint of an every_step
+  // run, or of another replica count (its replicas' own states then do not fit).
+  std::vector<bool> present(ns, true);
 
   // 1. Everything checked before a single value is read into the engine.
   runtime::run_agreed(world, [&] { file_errors_are_user_errors(path, [&] {
@@ -93,9 +96,18 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
       throw UserError(path + ": written with optimizer '" + name + "', this run uses '" + snap.optimizer + "'");
     opt_steps = read_attr_int64(og, attr::kStepsTaken, path + ": group /optim");
     if (opt_steps < 0) throw UserError(path + ": group /optim: negative steps_taken");
+    if (snap.optional_from < ns && !plan.empty()) {
+      for (size_t k = snap.optional_from; k < ns; ++k)
+        present[k] = link_exists(file, optim_path(snap.state_names[k], plan[0].name));
+      // Written by more replicas than this run has: their own states do not fit either.
+      const size_t R = (ns - snap.optional_from - 1) / (1 + opt.state_names().size());
+      if (link_exists(file, optim_path("diloco.local.r" + std::to_string(R), plan[0].name)))
+        for (size_t k = snap.optional_from + 1; k < ns; ++k) present[k] = false;
+    }
     for (size_t i = 0; i < plan.size(); ++i)
       for (size_t k = 0; k < ns; ++k)
-        stored[i * (1 + ns) + 1 + k] =
+        if (present[k])
+          stored[i * (1 + ns) + 1 + k] =
             check_dataset(file, path, optim_path(snap.state_names[k], plan[i].name), Elem::F32, &plan[i].shape).stored;
     for (auto [name, elem] : {std::pair<const char*, Elem>{"data_cursor", Elem::I64}, {"rng_state", Elem::U8}}) {
       const std::string dpath = std::string(kTrainGroup) + "/" + name;
@@ -114,6 +126,7 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
       const ParamPlan& p = plan[i];
       const FlatView& v = snap.flats[p.flat];
       for (size_t k = 0; k <= ns; ++k) {
+        if (k > 0 && !present[k - 1]) continue;
         std::string dpath = k == 0 ? model_path(p.name) : optim_path(snap.state_names[k - 1], p.name);
         float* base = k == 0 ? v.master : v.states[k - 1];
         runtime::BlockingRegion region(world, "load.read");
@@ -139,6 +152,7 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
   runtime::run_agreed(world, [&] {
     for (size_t i = 0; i < plan.size(); ++i)
       for (size_t k = 0; k <= ns; ++k) {
+        if (k > 0 && !present[k - 1]) continue;
         size_t j = i * (1 + ns) + k;
         if (total[2 * j] != stored[j].sum || total[2 * j + 1] != stored[j].weighted)
           throw UserError(path + ": dataset /" +
@@ -161,6 +175,12 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
   }
   if (staged) restore_staged(snap, engine, opt);
   engine.load_residuals();  // the engine's states (fsdp.quantize_grads), read into its host copies
+  if (snap.optional_from < ns) {
+    // DiLoCo: the outer copy from the model just loaded, the replicas' own states if they fit.
+    const size_t opt_states = opt.state_names().size();
+    engine.load_diloco([&opt](size_t f, size_t k) { return opt.state_tensor(f, k); }, opt_states,
+                       std::vector<bool>(present.begin() + static_cast<std::ptrdiff_t>(snap.optional_from), present.end()));
+  }
   opt.set_steps_taken(opt_steps);
   return IoStats{timer.seconds(), snapshot_file_bytes(snap)};
 }

@@ -31,7 +31,9 @@ int64_t estimated_checkpoint_bytes(fsdp::Engine& engine, fsdp::ShardedOptimizer&
     numel += fp->numel();
     params += static_cast<int64_t>(fp->slots().size());
   }
-  const int64_t arrays = 1 + static_cast<int64_t>(opt.state_names().size());
+  // The model, the optimizer's states and the engine's own (residuals, DiLoCo's replica states).
+  const int64_t arrays = 1 + static_cast<int64_t>(opt.state_names().size() + engine.residual_names().size() +
+                                                  engine.diloco_state_names(opt.state_names()).size());
   // + the data cursor and RNG states: a few KiB per rank at most, inside the margin below.
   return estimated_file_bytes(numel * 4 * arrays, params * arrays + 2,
                               static_cast<int64_t>(info.deck_text.size() + info.model_spec_json.size()));

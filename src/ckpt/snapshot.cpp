@@ -1,6 +1,7 @@
 // view_snapshot / staged_snapshot: the engine's flat shards and optimizer state as FlatViews.
 #include "shardtrain/ckpt/snapshot.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "shardtrain/util/error.h"
@@ -18,6 +19,11 @@ Snapshot layout_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
   // The engine's own per-flat state after the optimizer's: error-feedback residuals
   // (fsdp.quantize_grads), always staged in the engine's host copies (engine_states()).
   for (const std::string& n : engine.residual_names()) s.state_names.push_back(n);
+  // DiLoCo's after those: the outer momentum and every replica's own master and optimizer state
+  // (the model a checkpoint holds is the outer copy; engine.h).
+  const std::vector<std::string> diloco = engine.diloco_state_names(opt.state_names());
+  if (!diloco.empty()) s.optional_from = s.state_names.size();
+  for (const std::string& n : diloco) s.state_names.push_back(n);
   s.optimizer_steps = opt.steps_taken();
   std::vector<fsdp::FlatParam*> flats = engine.flat_params();
   for (size_t i = 0; i < flats.size(); ++i) {
@@ -41,12 +47,30 @@ Snapshot layout_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
 
 // Points the engine's states (after the optimizer's) at the engine's host copies; gather: fill
 // them (a save) or only size them (a load).
-void engine_states(Snapshot& s, fsdp::Engine& engine, size_t optimizer_states, bool gather) {
+void engine_states(Snapshot& s, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, size_t optimizer_states,
+                   bool gather) {
   if (s.state_names.size() == optimizer_states) return;
-  auto& staged = engine.residual_staging(gather);
-  for (size_t i = 0; i < s.flats.size(); ++i)
-    for (size_t k = optimizer_states; k < s.state_names.size(); ++k)
-      s.flats[i].states[k] = staged.at(i).at(k - optimizer_states).data_ptr<float>();
+  const size_t residuals_end = std::min(s.optional_from, s.state_names.size());
+  if (residuals_end > optimizer_states) {
+    auto& staged = engine.residual_staging(gather);
+    for (size_t i = 0; i < s.flats.size(); ++i)
+      for (size_t k = optimizer_states; k < residuals_end; ++k)
+        s.flats[i].states[k] = staged.at(i).at(k - optimizer_states).data_ptr<float>();
+  }
+  if (s.optional_from >= s.state_names.size()) return;
+  // DiLoCo: staging [0] is the outer copy (the model a checkpoint holds), [1 + j] state j.
+  auto& d = engine.diloco_staging([&opt](size_t f, size_t k) { return opt.state_tensor(f, k); }, optimizer_states,
+                                  gather);
+  const size_t R = (s.state_names.size() - s.optional_from - 1) / (1 + optimizer_states);
+  for (size_t i = 0; i < s.flats.size(); ++i) {
+    for (size_t k = s.optional_from; k < s.state_names.size(); ++k)
+      s.flats[i].states[k] = d.at(i).at(1 + k - s.optional_from).data_ptr<float>();
+    if (!gather) continue;  // a load reads the model and base states into the live ones
+    // A save: the model is the outer copy, the base optimizer states replica 0's (the same data on
+    // every replica, so any replica may write any part).
+    s.flats[i].master = d.at(i).at(0).data_ptr<float>();
+    for (size_t k = 0; k < optimizer_states; ++k) s.flats[i].states[k] = d.at(i).at(2 + R * (1 + k)).data_ptr<float>();
+  }
 }
 
 at::Tensor host_floats(float* p, int64_t n) { return at::from_blob(p, {n}, at::TensorOptions().dtype(at::kFloat)); }
@@ -72,7 +96,7 @@ Snapshot view_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, Snapsh
     s.flats[i].master = (access == SnapshotAccess::Write ? flats[i]->write_master() : flats[i]->master()).data_ptr<float>();
     for (size_t k = 0; k < opt.state_names().size(); ++k) s.flats[i].states[k] = opt.state(i, k);
   }
-  engine_states(s, engine, opt.state_names().size(), access == SnapshotAccess::Read);
+  engine_states(s, engine, opt, opt.state_names().size(), access == SnapshotAccess::Read);
   return s;
 }
 
@@ -95,7 +119,7 @@ Snapshot staged_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, std:
     for (size_t k = 0; k < opt.state_names().size(); ++k) stage(v.states[k], opt.state_tensor(i, k));
   }
   pool.resize(next);
-  engine_states(s, engine, opt.state_names().size(), copy);
+  engine_states(s, engine, opt, opt.state_names().size(), copy);
   return s;
 }
 

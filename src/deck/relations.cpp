@@ -33,10 +33,6 @@ void Deck::check_relations() const {
   // Shape rules of one architecture (a ViT's patches tiling its image) are the model layer's
   // (model::resolve_spec), which `deck check` and every command that builds a model ask.
 
-  // Placeholder until the engine runs it (issue 30): the keys exist so that decks can be written.
-  if (get_string("parallel.replica_sync") != "every_step")
-    fail({"parallel.replica_sync"}, shown("parallel.replica_sync") + " is not available in this build yet");
-
   // The batch keys' relation at any world size; the data-parallel ranks' share of it is
   // train::plan_batches' (which knows the world), the leaves' train::plan_leaves'.
   int64_t global = get_int("train.global_batch"), micro = get_int("train.micro_batch");

@@ -12,6 +12,8 @@
 #include "collectives.h"
 #include "engine_impl.h"
 #include "shardtrain/fsdp/exact_square_sum.h"
+#include "outer_sync.h"
+#include "shardtrain/util/log.h"
 #include "zeropp.h"
 #include "shardtrain/fsdp/forward_hook.h"
 #include "shardtrain/fsdp/wrap.h"
@@ -82,7 +84,7 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
   m.comms = count_bytes(m, comms);
   comms = m.comms;
   // The strategy x option rules (options.h), the same the deck's reader applies.
-  if (const auto bad = check_strategy_options(opts)) throw UserError(bad->key + " = true " + bad->why);
+  if (const auto bad = check_strategy_options(opts)) throw UserError(bad->message());
   if (opts.compression.any()) {
     ST_CHECK(!opts.compression.secondary_shards || comms.node,
              "secondary shards need the node group (GroupOptions::secondary_shards)");
@@ -121,8 +123,29 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
       u->flats.push_back(std::make_unique<FlatParam>(fplan, tree, group_rank(u->shard), init, device, opts.cpu_offload));
     }
     u->num_params = up.num_params();
+    if (opts.replica_sync.diloco()) {
+      // DiLoCo: each replica trains alone between outer steps. A sharded flat's gradient stops at
+      // its shard group's reduce-scatter; the ignored group (whole on every rank) is averaged
+      // over the shard group instead of the world (reproducible: already summed over it).
+      u->replicate = u->kind == UnitKind::Ignored && !opts.reproducible ? comms.shard : nullptr;
+    }
     if (u->kind == UnitKind::Ignored) m.ignored = u.get();
     m.units.push_back(std::move(u));
+  }
+  if (opts.replica_sync.diloco()) {
+    const int F = opts.replica_sync.fragments;
+    if (F > static_cast<int>(m.units.size()))
+      throw UserError("diloco.fragments = " + std::to_string(F) + " exceeds the " + std::to_string(m.units.size()) +
+                      " units of this model (fsdp.wrap decides them): a fragment is one or more whole units");
+    std::vector<std::vector<FlatParam*>> flats;
+    for (auto& u : m.units) {
+      flats.emplace_back();
+      for (auto& fp : u->flats) flats.back().push_back(fp.get());
+    }
+    m.outer = std::make_unique<OuterSync>(opts.replica_sync, flats, comms.replicate, device, opts.reproducible);
+    if ((!comms.replicate || comms.replicate->size() == 1) && group_rank(comms.world) == 0)
+      log::warn("parallel.replica_sync = \"diloco\" with one replica: nothing is averaged; the outer step applies "
+                "this replica's own change (a lookahead optimizer), not DiLoCo");
   }
 
   for (auto& u : m.units) {
@@ -149,6 +172,7 @@ Engine::~Engine() {
     for (auto& fp : u->flats)
       if (fp->gather_work()) fp->gather_work()->wait();
   for (auto& d : impl_->d2h) d.done->synchronize();
+  if (impl_->outer) impl_->outer->wait_all();  // overlapped outer averages still in flight
   // Nothing queued on the device may still use storages freed below.
   synchronize_device(impl_->dev->device());
 }
@@ -255,6 +279,10 @@ CommStats Engine::comm_stats() const {
   CommStats s = impl_->zpp ? impl_->zpp->stats() : CommStats{};
   s.intra_node_bytes = impl_->bytes.intra.load();
   s.inter_node_bytes = impl_->bytes.inter.load();
+  if (impl_->outer) {
+    s.outer_steps = impl_->outer->outer_steps();
+    s.fragment_syncs = impl_->outer->fragment_syncs();
+  }
   return s;
 }
 
@@ -316,6 +344,121 @@ void Engine::load_residuals() {
       if (u->kind != UnitKind::Ignored) impl_->zpp->residual(*fp).copy_(staged[i][u->replicate->rank()]);
       ++i;
     }
+}
+
+std::vector<int> Engine::sync_replicas(int64_t step) {
+  Impl& m = *impl_;
+  if (!m.outer) return {};
+  Impl::Scope scope(m);
+  m.last_synced = m.outer->step(step, [&m](comm::Work& w) { m.wait_timed(w); });
+  // The masters changed outside the inner step: quantized copies are made again.
+  if (!m.last_synced.empty() && m.zpp) m.zpp->masters_changed();
+  return m.last_synced;
+}
+
+namespace {
+int replicas_of(const Engine::Impl& m) { return m.comms.replicate ? m.comms.replicate->size() : 1; }
+}  // namespace
+
+std::vector<std::string> Engine::diloco_state_names(const std::vector<std::string>& opt_states) const {
+  std::vector<std::string> out;
+  if (!impl_->outer) return out;
+  const int R = replicas_of(*impl_);
+  out.push_back("diloco.outer_momentum");
+  for (int k = 0; k < R; ++k) out.push_back("diloco.local.r" + std::to_string(k));
+  for (const std::string& s : opt_states)
+    for (int k = 0; k < R; ++k) out.push_back(s + ".r" + std::to_string(k));
+  if (impl_->opts.replica_sync.overlap_steps > 0) {
+    // Overlapped averages in flight at the save: the average (the same on every replica) and
+    // each replica's master at the issue (zeros for flats whose fragment has none).
+    out.push_back("diloco.pending_avg");
+    for (int k = 0; k < R; ++k) out.push_back("diloco.issue.r" + std::to_string(k));
+  }
+  return out;
+}
+
+std::vector<std::vector<at::Tensor>>& Engine::diloco_staging(const OptStateFn& opt_state, size_t opt_states,
+                                                              bool gather) {
+  Impl& m = *impl_;
+  Impl::Scope scope(m);
+  auto& out = m.diloco_host;
+  if (!m.outer) {
+    out.clear();
+    return out;
+  }
+  const int R = replicas_of(m);
+  const bool overlap = m.opts.replica_sync.overlap_steps > 0;
+  const size_t base = 2 + static_cast<size_t>(R) * (1 + opt_states);  // the pending states' first index
+  const size_t per = base + (overlap ? 1 + R : 0);
+  const std::vector<FlatParam*> flats = flat_params();
+  if (gather && overlap) m.outer->finish_in_flight([&m](comm::Work& w) { m.wait_timed(w); });
+  out.resize(flats.size());
+  for (size_t i = 0; i < flats.size(); ++i) {
+    const int64_t L = flats[i]->shard_numel();
+    std::vector<at::Tensor>& d = out[i];
+    d.resize(per);
+    for (auto& t : d)
+      if (!t.defined() || t.numel() != L) t = at::zeros({L}, at::kFloat);
+    if (!gather) continue;
+    d[0].copy_(m.outer->outer(i));
+    d[1].copy_(m.outer->momentum(i));
+    // Every replica's copy of a shard-sized vector into d[first + k].
+    auto all = [&](const at::Tensor& mine, size_t first) {
+      if (R == 1) {
+        d[first].copy_(mine);
+        return;
+      }
+      ReplicaGather g = gather_across_replicas(*m.comms.replicate, mine.to(m.dev->device()));
+      m.wait_timed(*g.work);
+      for (int k = 0; k < R; ++k) d[first + k].copy_(g.all.narrow(0, k * L, L));
+    };
+    all(flats[i]->master(), 2);
+    for (size_t s = 0; s < opt_states; ++s) all(opt_state(i, s), 2 + R * (1 + s));
+    if (!overlap) continue;
+    d[base].copy_(m.outer->pending_average(i));
+    all(m.outer->issued_master(i), base + 1);
+  }
+  return out;
+}
+
+void Engine::load_diloco(const OptStateFn& opt_state, size_t opt_states, const std::vector<bool>& present) {
+  Impl& m = *impl_;
+  if (!m.outer) return;
+  Impl::Scope scope(m);
+  const int R = replicas_of(m);
+  const int me = m.comms.replicate ? m.comms.replicate->rank() : 0;
+  const bool overlap = m.opts.replica_sync.overlap_steps > 0;
+  const size_t base = 2 + static_cast<size_t>(R) * (1 + opt_states);
+  ST_CHECK(present.size() == base - 1 + (overlap ? 1 + R : 0), "load_diloco: ", present.size(), " flags");
+  // present[0]: the momentum; [1, base - 1): the replicas' masters and optimizer states; then the
+  // overlapped averages in flight (tau > 0).
+  bool locals = true, pending = true;
+  for (size_t j = 1; j < base - 1; ++j) locals = locals && present[j];
+  for (size_t j = base - 1; j < present.size(); ++j) pending = pending && present[j];
+  if (present[0] && !locals && group_rank(m.comms.world) == 0)
+    log::info("# diloco: the checkpoint's replicas' own states do not fit " + std::to_string(R) +
+              " replicas: every replica restarts from its outer copy (the inner steps since the last outer step are "
+              "not carried over)");
+  const std::vector<FlatParam*> flats = flat_params();
+  auto& d = m.diloco_host;
+  for (size_t i = 0; i < flats.size(); ++i) {
+    m.outer->outer(i).copy_(flats[i]->master());
+    if (present[0]) m.outer->momentum(i).copy_(d.at(i).at(1));
+    else m.outer->momentum(i).zero_();
+    if (!locals) continue;
+    flats[i]->write_master().copy_(d.at(i).at(2 + me));
+    for (size_t s = 0; s < opt_states; ++s) opt_state(i, s).copy_(d.at(i).at(2 + R * (1 + s) + me));
+  }
+  if (overlap) {
+    // The averages in flight at the save continue only with the replicas' own states.
+    std::vector<at::Tensor> avg, issued;
+    for (size_t i = 0; i < flats.size(); ++i) {
+      avg.push_back(d.at(i).at(base));
+      issued.push_back(d.at(i).at(base + 1 + me));
+    }
+    m.outer->restore(locals && pending, avg, issued);
+  }
+  if (m.zpp) m.zpp->masters_changed();
 }
 
 const c10::Device& Engine::device() const { return impl_->dev->device(); }

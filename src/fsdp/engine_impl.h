@@ -21,6 +21,7 @@
 namespace shardtrain::fsdp {
 
 class ZeroPP;
+class OuterSync;
 
 struct Engine::Impl {
   ~Impl();
@@ -50,6 +51,10 @@ struct Engine::Impl {
   // Quantized collectives and their guard (zeropp.h); null when EngineOptions::compression is off.
   std::unique_ptr<ZeroPP> zpp;
   std::vector<std::vector<at::Tensor>> residual_host;  // Engine::residual_staging
+  // DiLoCo's outer copy, momentum and outer step (outer_sync.h); null under every_step.
+  std::unique_ptr<OuterSync> outer;
+  std::vector<int> last_synced;  // the fragments the last sync_replicas synced
+  std::vector<std::vector<at::Tensor>> diloco_host;  // Engine::diloco_staging
 
   // Every entry from a hook or the API: NCCL collectives are ordered after torch's current
   // stream on this thread (autograd runs CUDA backward on its own device thread), and new

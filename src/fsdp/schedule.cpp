@@ -364,6 +364,12 @@ void Engine::Impl::end_backward() {
   }
   if (last_micro) {
     if (opts.reproducible) finish_leaf_sums();
+    if (opts.reproducible && opts.replica_sync.diloco() && comms.replicate && comms.replicate->size() > 1) {
+      // DiLoCo: the trainer scales each leaf's loss by 1 / (the global batch's leaves), and this
+      // replica summed only its own 1 / R of them: times R (a power of two, so exact) is its mean.
+      for (auto& u : units)
+        for (auto& fp : u->flats) fp->grad_shard().mul_(static_cast<double>(comms.replicate->size()));
+    }
     std::vector<std::pair<comm::Comm*, FlatParam*>> shards;
     for (auto& u : units)
       for (auto& fp : u->flats) shards.emplace_back(u->replicate, fp.get());

@@ -95,6 +95,10 @@ std::string MetricsLog::format_step(const StepRecord& r) {
     if (r.quant_weight_err >= 0) j["quant_weight_err"] = r.quant_weight_err;
     if (r.quant_grad_err >= 0) j["quant_grad_err"] = r.quant_grad_err;
   }
+  if (r.diloco) {
+    j["outer_steps"] = r.outer_steps;
+    j["fragment_syncs"] = r.fragment_syncs;
+  }
   if (dev) j["peak_device_bytes"] = r.peak_device_bytes;
   if (r.mfu_matmul > 0) j["mfu_matmul"] = r.mfu_matmul;
   if (!r.items_are_tokens) j["tokens_per_s"] = r.items_per_s;  // the key tools expect; here: samples

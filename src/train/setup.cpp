@@ -175,7 +175,8 @@ fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::M
   // On a CPU device nothing moves (the engine runs the offload flow, results unchanged); on
   // CUDA the shards and optimizer state live in pinned host memory (docs/gpu.md).
   o.cpu_offload = d.get_bool("fsdp.cpu_offload");
-  o.compression = compression_from_deck(d, o.strategy);
+  o.compression = compression_from_deck(d, o.strategy);  // checks replica_sync's rules too
+  o.replica_sync = replica_sync_from_deck(d);
   return o;
 }
 

@@ -27,6 +27,12 @@ void StepLogger::after_step(int64_t step, int64_t tokens_seen, const StepResult&
   window_s_ += s.seconds;
   window_comm_ += s.comm_seconds;
   ++window_steps_;
+  if (!s.outer_synced.empty()) {
+    // DiLoCo: which fragments took their outer step after this step (the same on every rank).
+    std::string which;
+    for (int f : s.outer_synced) which += (which.empty() ? "" : " ") + std::to_string(f);
+    log_.log_event(step, "outer_sync", "fragments " + which);
+  }
   if (!(step % every_ == 0 || step == max_steps_ || step == 1 || !s.finite)) return;
   // A global loss is already the same bits on every rank; a sum over ranks would round.
   last_loss_ = s.loss_is_global ? s.local_loss : allreduce(s.local_loss, MPI_SUM, world_) / size_;
@@ -63,6 +69,9 @@ void StepLogger::after_step(int64_t step, int64_t tokens_seen, const StepResult&
   r.quant_weight_err = cs.weight_rel_error;
   r.quant_grad_err = cs.grad_rel_error;
   r.quant_fallbacks = cs.weight_fallbacks + cs.grad_fallbacks;
+  r.diloco = engine_.options().replica_sync.diloco();
+  r.outer_steps = cs.outer_steps;
+  r.fragment_syncs = cs.fragment_syncs;
   log_.log_step(r);
   window_s_ = window_comm_ = 0;
   window_steps_ = 0;

@@ -1,6 +1,7 @@
 // What one optimizer step produced: what the loop's components (metrics, divergence guard)
 // look at after it.
 #pragma once
+#include <vector>
 
 namespace shardtrain::train {
 
@@ -12,6 +13,7 @@ struct StepResult {
   bool finite = true;       // agreed on every rank: loss and gradient norm finite everywhere
   double seconds = 0;       // wall time of the step on this rank
   double comm_seconds = 0;  // exposed communication during it
+  std::vector<int> outer_synced;  // DiLoCo: the fragments whose outer step ran after this step
 };
 
 }  // namespace shardtrain::train

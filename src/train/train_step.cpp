@@ -108,6 +108,10 @@ StepResult run_step(const StepParts& p, const LoopPosition& at) {
   // Decided by every rank together, before the update could carry NaN into the weights.
   r.finite = step_is_finite(r.local_loss, r.grad_norm, p.world);
   if (p.divergence.apply_update(r.finite)) p.optimizer.step(r.lr);
+  // DiLoCo: the fragments due after this inner step take their outer step (nothing under
+  // every_step). On the step count, whether or not the update was applied, so the cycle does not
+  // depend on the divergence guard.
+  r.outer_synced = engine.sync_replicas(at.step + 1);
   r.seconds = step_timer.seconds();
   r.comm_seconds = engine.memory().exposed_comm_seconds - comm_before;
   return r;

@@ -4,5 +4,6 @@ add_unit_test(NAME test_optim
           ${CMAKE_CURRENT_LIST_DIR}/test_optim_layer.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_optim_torch_reference.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_optim_device_math.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/test_optim_outer_sgd.cpp
   LIBS shardtrain::optim shardtrain::torch
   LABELS optim TIMEOUT 300)

@@ -1,6 +1,7 @@
 // Snapshot: what a rank contributes to a checkpoint, as views of the live shards or host copies.
 #pragma once
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct Snapshot {
   std::string optimizer;                 // "adamw" | "sgd"
   std::vector<std::string> state_names;  // e.g. exp_avg, exp_avg_sq
   int64_t optimizer_steps = 0;
+  // States from this index on are DiLoCo's (fsdp::Engine::diloco_state_names): a checkpoint
+  // without them loads (an every_step checkpoint: no outer state yet).
+  size_t optional_from = SIZE_MAX;
 };
 
 // True when every master and optimizer state array is in host memory (views are possible).

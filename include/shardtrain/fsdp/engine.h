@@ -76,6 +76,10 @@ struct CommStats {
   double grad_rel_error = -1;
   int weight_fallbacks = 0;        // flats whose weight gather fell back to full precision
   int grad_fallbacks = 0;          // flats whose replica average fell back to full precision
+  // DiLoCo (parallel.replica_sync = "diloco"): outer steps of the whole model so far (fragment
+  // 0's, one per cycle) and fragment syncs (each fragment's outer step counts once).
+  int64_t outer_steps = 0;
+  int64_t fragment_syncs = 0;
 };
 
 class Engine {
@@ -124,6 +128,32 @@ class Engine {
   // After a load into residual_staging(false): each rank takes its replica's residual (and
   // the quantized copies of the masters are made again).
   void load_residuals();
+  // DiLoCo (options().replica_sync.diloco()): after the inner optimizer's step `step` (1-based:
+  // the inner steps taken so far), the outer step of every fragment due at it (OuterSync::due).
+  // Collective over the replicate group. Returns the fragments synced, in order; nothing (and
+  // no communication) under every_step.
+  std::vector<int> sync_replicas(int64_t step);
+  // DiLoCo's checkpoint state (docs/strategies.md#checkpoints-under-diloco). Mid-cycle the
+  // replicas' masters and inner optimizer states differ, while a checkpoint's datasets are the
+  // same on every replica: the model a checkpoint holds is the outer copy, and each replica's own
+  // state is kept as extra per-flat states after the optimizer's, named (for optimizer states
+  // `opt_states`, R replicas): "diloco.outer_momentum", "diloco.local.r<k>" (replica k's master),
+  // "<state>.r<k>" (replica k's inner optimizer state), k < R. Empty under every_step.
+  std::vector<std::string> diloco_state_names(const std::vector<std::string>& opt_states) const;
+  // Per flat, host fp32 [shard_numel] tensors kept by the engine: [0] the outer copy (the
+  // checkpoint's model), then one per diloco_state_names entry. gather = true fills them
+  // (collective over the replicate group: every replica's master and optimizer state; before a
+  // save); false only sizes them (a load's destination). opt_state(flat, s): the optimizer's state
+  // tensor s of a flat (ShardedOptimizer::state_tensor).
+  using OptStateFn = std::function<at::Tensor(size_t flat, size_t state)>;
+  std::vector<std::vector<at::Tensor>>& diloco_staging(const OptStateFn& opt_state, size_t opt_states, bool gather);
+  // After a load: the masters hold the checkpoint's model (the outer copy) and the optimizer its
+  // base states; present[j]: whether diloco_state_names()[j] was in the file (read into the
+  // staging). The outer copy := the masters; the momentum from the file or zeros; when every
+  // replica's local state is there for this replica count, each replica takes its own master and
+  // optimizer state (an exact resume mid-cycle); otherwise every replica starts from the outer
+  // copy with the base optimizer state (replica 0's).
+  void load_diloco(const OptStateFn& opt_state, size_t opt_states, const std::vector<bool>& present);
   // Also resets the device allocator's peak (max_memory_allocated).
   void reset_peaks();
   // The device the engine computes on (options().device, with an index for CUDA).

@@ -47,6 +47,29 @@ struct Compression {
   bool any() const { return quantize_weights || quantize_grads || secondary_shards; }
 };
 
+// How the replicas of the hybrid strategies stay in step (parallel.replica_sync and the [diloco]
+// section; docs/strategies.md#diloco-replicas-that-synchronise-rarely). EveryStep: gradients averaged across replicas every
+// optimizer step. DiLoCo: each replica trains alone (gradients averaged over its shard group only,
+// its own gradient norm, its own inner optimizer steps); every inner_steps steps the outer
+// gradient of a fragment (its shard at the last sync minus now) is averaged across replicas and
+// applied by an outer SGD with (Nesterov) momentum to the outer copy, which every replica takes.
+enum class ReplicaSyncMode { EveryStep, DiLoCo };  // choices::kReplicaSync's order
+enum class OuterDtype { Fp32, Bf16, Int8, Int4 };   // choices::kOuterDtypes' order
+struct ReplicaSync {
+  ReplicaSyncMode mode = ReplicaSyncMode::EveryStep;
+  int64_t inner_steps = 100;    // H
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  bool nesterov = true;
+  int fragments = 1;            // consecutive groups of units, each synced at its own offset
+  int64_t overlap_steps = 0;    // tau: inner steps between issuing a fragment's average and applying it
+  OuterDtype outer_dtype = OuterDtype::Fp32;
+  bool diloco() const { return mode == ReplicaSyncMode::DiLoCo; }
+};
+ReplicaSyncMode parse_replica_sync(const std::string& s);  // UserError naming parallel.replica_sync otherwise
+OuterDtype parse_outer_dtype(const std::string& s);        // UserError naming diloco.outer_dtype otherwise
+const char* to_string(OuterDtype d);
+
 struct EngineOptions {
   Strategy strategy = Strategy::FullShard;
   MixedPrecision mp;
@@ -78,6 +101,7 @@ struct EngineOptions {
   // and a backend with tree collectives (MPI).
   bool reproducible = false;
   Compression compression;
+  ReplicaSync replica_sync;
   // This rank's host (runtime::Topology::host_id): the byte counters split what each rank sends
   // into inside and between nodes by it. -1: unknown, everything counts as inside the node.
   int host_id = -1;
@@ -95,13 +119,16 @@ CompressionSupport compression_support(Strategy s);
 // c with the options s does not run switched off (a probe of another strategy than the deck's).
 Compression supported_compression(Strategy s, Compression c);
 
-// A combination the engine does not run: the deck key set to true, and why (the text after
-// "<key> = true ").
+// A combination the engine does not run: the deck key, the value it was given (a TOML literal:
+// true, "diloco", 8), and why (the text after "<key> = <value> ").
 struct OptionConflict {
   std::string key, why;
+  std::string value = "true";
+  std::string message() const { return key + " = " + value + " " + why; }
 };
-// The first strategy x option combination of o (strategy, compression, cpu_offload,
-// reproducible) the engine refuses, in a fixed order; nullopt when it runs.
+// The first strategy x option combination of o (strategy, compression, replica_sync,
+// cpu_offload, reproducible) the engine refuses, in a fixed order; nullopt when it runs. Rules
+// that need the model (diloco.fragments <= units) are the engine's, at construction.
 std::optional<OptionConflict> check_strategy_options(const EngineOptions& o);
 
 // The groups strategy s shards and replicates over, on a world of world_size ranks whose mesh

@@ -35,6 +35,10 @@ struct StepRecord {
   bool quantized = false;
   double quant_weight_err = -1, quant_grad_err = -1;
   int64_t quant_fallbacks = 0;
+  // DiLoCo (parallel.replica_sync = "diloco"): outer steps of the whole model and fragment syncs
+  // so far (fsdp::CommStats).
+  bool diloco = false;
+  int64_t outer_steps = 0, fragment_syncs = 0;
 };
 
 struct EvalRecord {

@@ -44,6 +44,9 @@ fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::M
 // without a hybrid strategy, quantize_weights with no_shard, either with cpu_offload or
 // train.reproducible) is a UserError naming the key (compression_keys.cpp).
 fsdp::Compression compression_from_deck(const deck::Deck& d, fsdp::Strategy strategy);
+// parallel.replica_sync and the [diloco] keys, read once (compression_keys.cpp); the strategy x
+// option rules for them are checked with the compression keys (compression_from_deck).
+fsdp::ReplicaSync replica_sync_from_deck(const deck::Deck& d);
 fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d);
 // A warmup as long as the run (or the decay) is scaled to a tenth of it; `note` (when given)
 // receives the one line saying so, naming both keys.

@@ -1,0 +1,181 @@
+// OuterSync: DiLoCo's outer state and outer step (outer_sync.h).
+#include "outer_sync.h"
+
+#include "collectives.h"
+#include "shardtrain/optim/outer_sgd.h"
+#include "shardtrain/util/error.h"
+
+namespace shardtrain::fsdp {
+
+OuterSync::OuterSync(const ReplicaSync& rs, const std::vector<std::vector<FlatParam*>>& flats_by_unit,
+                     comm::Comm* replicate, const c10::Device& comm_device, bool tree)
+    : rs_(rs), replicate_(replicate), comm_device_(comm_device), tree_(tree) {
+  ST_CHECK(rs.inner_steps >= 1 && rs.fragments >= 1, "diloco: inner_steps and fragments must be >= 1");
+  const int units = static_cast<int>(flats_by_unit.size());
+  for (int u = 0; u < units; ++u)
+    for (FlatParam* fp : flats_by_unit[u]) {
+      PerFlat p;
+      p.fp = fp;
+      p.fragment = fragment_of(u, units, rs.fragments);
+      // Every replica starts from the same masters (the init is the same at any world size).
+      p.outer = fp->master().clone();
+      p.momentum = at::zeros_like(fp->master());
+      flats_.push_back(std::move(p));
+    }
+}
+
+int OuterSync::fragment_of(int unit, int units, int fragments) {
+  return static_cast<int>(static_cast<int64_t>(unit) * fragments / units);
+}
+
+int64_t OuterSync::offset(int f) const { return static_cast<int64_t>(f) * rs_.inner_steps / rs_.fragments; }
+
+bool OuterSync::due(int f, int64_t step) const { return step >= 1 && (step - offset(f)) % rs_.inner_steps == 0; }
+
+std::vector<int> OuterSync::step(int64_t step, const std::function<void(comm::Work&)>& wait) {
+  const int64_t tau = rs_.overlap_steps;
+  if (!restored_avg_.empty()) {
+    // After a load at step - 1: the fragments whose last issue is still due from now on.
+    for (int f = 0; f < rs_.fragments; ++f) {
+      for (int64_t t = step - 1; t >= 1 && t + tau >= step; --t) {
+        if (!due(f, t)) continue;
+        Pending p;
+        p.fragment = f;
+        p.due = t + tau;
+        for (size_t i = 0; i < flats_.size(); ++i)
+          if (flats_[i].fragment == f) {
+            p.flats.push_back(i);
+            p.avg.grads.push_back(restored_avg_[i]);
+            p.issued.push_back(restored_issued_[i]);
+          }
+        p.done = true;
+        pending_.push_back(std::move(p));
+        break;
+      }
+    }
+    restored_avg_.clear();
+    restored_issued_.clear();
+  }
+  while (!pending_.empty() && pending_.front().due <= step) {
+    complete(pending_.front(), wait);
+    apply(pending_.front());
+    pending_.pop_front();
+  }
+  std::vector<int> synced;
+  for (int f = 0; f < rs_.fragments; ++f) {
+    if (!due(f, step)) continue;
+    Pending p = issue(f, step);
+    if (tau == 0) {
+      complete(p, wait);
+      apply(p);
+    } else {
+      pending_.push_back(std::move(p));
+    }
+    synced.push_back(f);
+  }
+  last_step_ = step;
+  return synced;
+}
+
+int64_t OuterSync::fragment_syncs() const {
+  int64_t n = 0;
+  for (int f = 0; f < rs_.fragments; ++f) {
+    // Fragment f syncs at offset_f, offset_f + H, ... (fragment 0 first at H).
+    const int64_t first = offset(f) > 0 ? offset(f) : rs_.inner_steps;
+    if (last_step_ >= first) n += (last_step_ - first) / rs_.inner_steps + 1;
+  }
+  return n;
+}
+
+OuterSync::Pending OuterSync::issue(int f, int64_t step) {
+  Pending p;
+  p.fragment = f;
+  p.due = step + rs_.overlap_steps;
+  std::vector<at::Tensor> grads;
+  for (size_t i = 0; i < flats_.size(); ++i) {
+    PerFlat& pf = flats_[i];
+    if (pf.fragment != f) continue;
+    p.flats.push_back(i);
+    // The outer gradient: how far this replica moved away from the outer copy.
+    at::Tensor g = at::sub(pf.outer, pf.fp->master());
+    grads.push_back(g.device() == comm_device_ ? g : g.to(comm_device_));
+    if (rs_.overlap_steps > 0) p.issued.push_back(pf.fp->master().clone());
+  }
+  if (replicate_ && replicate_->size() > 1) {
+    const at::ScalarType wire = rs_.outer_dtype == OuterDtype::Bf16 ? at::kBFloat16 : at::kFloat;
+    p.avg = average_outer_gradients(*replicate_, std::move(grads), wire, tree_);
+  } else {
+    p.avg.grads = std::move(grads);
+    p.done = true;  // one replica: its own change is the average
+  }
+  return p;
+}
+
+void OuterSync::complete(Pending& p, const std::function<void(comm::Work&)>& wait) {
+  if (p.done) return;
+  for (auto& w : p.avg.works) wait(*w);
+  p.avg.finish();
+  p.avg.works.clear();
+  p.done = true;
+}
+
+void OuterSync::apply(const Pending& p) {
+  const optim::OuterSGDConfig cfg{static_cast<float>(rs_.outer_lr), static_cast<float>(rs_.outer_momentum),
+                                  rs_.nesterov};
+  const bool overlapped = !p.issued.empty();
+  for (size_t k = 0; k < p.flats.size(); ++k) {
+    PerFlat& pf = flats_[p.flats[k]];
+    const at::Tensor& avg = p.avg.grads[k];
+    at::Tensor g = avg.device() == pf.outer.device() ? avg : avg.to(pf.outer.device());
+    at::Tensor& master = pf.fp->write_master();  // the next forward re-gathers
+    if (pf.outer.device().is_cpu()) {
+      // Without overlap the kernel writes the master (= the new outer copy) itself.
+      optim::outer_sgd_step(pf.outer.data_ptr<float>(), pf.momentum.data_ptr<float>(), g.contiguous().data_ptr<float>(),
+                            overlapped ? nullptr : master.data_ptr<float>(), pf.outer.numel(), cfg);
+    } else {
+      // Device masters: libtorch operations in the kernel's order.
+      pf.momentum.mul_(cfg.momentum).add_(g);
+      const at::Tensor u = cfg.nesterov ? at::add(g, pf.momentum, cfg.momentum) : pf.momentum;
+      pf.outer.add_(u, -cfg.lr);
+      if (!overlapped) master.copy_(pf.outer);
+    }
+    // Overlapped: the replica keeps what it learnt since the issue on top of the new outer copy.
+    if (overlapped) master.sub_(p.issued[k]).add_(pf.outer);
+  }
+}
+
+void OuterSync::finish_in_flight(const std::function<void(comm::Work&)>& wait) {
+  for (Pending& p : pending_) complete(p, wait);
+}
+
+at::Tensor OuterSync::pending_average(size_t i) const {
+  for (const Pending& p : pending_)
+    for (size_t k = 0; k < p.flats.size(); ++k)
+      if (p.flats[k] == i) return p.avg.grads[k];
+  return at::zeros_like(flats_.at(i).outer);
+}
+
+at::Tensor OuterSync::issued_master(size_t i) const {
+  for (const Pending& p : pending_)
+    for (size_t k = 0; k < p.flats.size(); ++k)
+      if (p.flats[k] == i) return p.issued[k];
+  return at::zeros_like(flats_.at(i).outer);
+}
+
+void OuterSync::restore(bool saved, const std::vector<at::Tensor>& averages, const std::vector<at::Tensor>& issued) {
+  pending_.clear();
+  restored_avg_.clear();
+  restored_issued_.clear();
+  if (!saved || rs_.overlap_steps == 0) return;
+  for (size_t i = 0; i < flats_.size(); ++i) {
+    restored_avg_.push_back(averages.at(i).to(flats_[i].outer.device()).clone());
+    restored_issued_.push_back(issued.at(i).to(flats_[i].outer.device()).clone());
+  }
+}
+
+void OuterSync::wait_all() {
+  for (Pending& p : pending_)
+    for (auto& w : p.avg.works) w->wait();
+}
+
+}  // namespace shardtrain::fsdp
