@@ -216,6 +216,7 @@ at::Tensor WireAverage::exact_average() const {
 void WireAverage::wait() const {
   if (work) work->wait();
   if (exact_work) exact_work->wait();
+}
 
 OuterAverage average_outer_gradients(comm::Comm& replicate, std::vector<at::Tensor> grads, at::ScalarType wire,
                                      bool tree) {
