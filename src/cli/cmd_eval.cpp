@@ -6,7 +6,7 @@
 
 #include "command.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/train/evaluate.h"
+#include "shardtrain/infer/evaluate.h"
 #include "shardtrain/train/inference_model.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/file_io.h"
@@ -43,9 +43,9 @@ int run_eval(runtime::Runtime& rt, const EvalArgs& a) {
     out = a.out.empty() ? d.out_dir() + "/eval.json" : a.out;
   });
   auto m = train::open_inference_model(rt.world(), d, path);
-  const train::EvalResult r = train::evaluate_split(m->net(), dataset, a.split, d.get_int("train.micro_batch"),
+  const infer::EvalResult r = infer::evaluate_split(m->net(), dataset, a.split, d.get_int("train.micro_batch"),
                                                     a.max_windows, m->job.device, rt.world());
-  const std::string json = train::eval_json(r, path, m->state.step);
+  const std::string json = infer::eval_json(r, path, m->state.step);
   runtime::run_agreed(rt.world(), [&] {
     if (rt.rank() != 0) return;
     std::error_code ec;
