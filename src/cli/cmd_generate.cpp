@@ -7,9 +7,9 @@
 #include "shardtrain/util/timer.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/runtime/agree.h"
-#include "shardtrain/train/inference_model.h"
 #include "shardtrain/infer/sampling.h"
+#include "shardtrain/model_io/inference_model.h"
+#include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
@@ -34,8 +34,8 @@ int run_generate(runtime::Runtime& rt, const GenerateArgs& a) {
     ST_USER_CHECK(a.samples >= 1 && a.samples <= 1000, "--samples must be in [1, 1000], got ", a.samples);
     ST_USER_CHECK(a.prompt_file.empty() || a.prompt.empty(), "give --prompt or --prompt-file, not both");
     if (!a.prompt_file.empty()) prompt = read_small_file(a.prompt_file, 16 * kMiB, "--prompt-file");
-    path = train::resolve_checkpoint_path(a.ckpt, "generate CKPT");
-    d = train::checkpoint_deck(path, a.overrides);
+    path = model_io::resolve_checkpoint_path(a.ckpt, "generate CKPT");
+    d = model_io::checkpoint_deck(path, a.overrides);
     ST_USER_CHECK(model::input_kind(train::model_spec_from_deck(d)) == model::InputKind::Tokens, path,
                   ": generate needs a language model (gpt2, llama); this checkpoint holds a ", d.get_string("model.arch"),
                   " (use `shardtrain eval` for classifiers)");
@@ -58,7 +58,7 @@ int run_generate(runtime::Runtime& rt, const GenerateArgs& a) {
   // Progress on stderr (stdout is the text): a big model takes a while to load and to generate.
   if (rt.rank() == 0) std::fprintf(stderr, "# generate: loading %s on %d rank%s\n", path.c_str(), rt.size(), rt.size() == 1 ? "" : "s");
   Timer load_timer;
-  auto m = train::open_inference_model(rt.world(), d, path);
+  auto m = model_io::open_inference_model(rt.world(), d, path);
   if (rt.rank() == 0) {
     std::fprintf(stderr, "# generate: loaded in %.1f s\n", load_timer.seconds());
     std::fprintf(stderr, "# generate: %s (step %lld, %s), %d rank%s; temperature %g, top-k %lld, top-p %g, seed %llu\n",
