@@ -8,7 +8,7 @@
 #   P/share/modulefiles/shardtrain/<version>.lua  an Lmod module
 #   P/include/shardtrain, P/lib/libshardtrain_*.a, P/lib/cmake/shardtrain  the CMake package:
 #     find_package(shardtrain) gives shardtrain::<layer> (util, deck, runtime, comm, optim, model,
-#     data_core, data, fsdp_hook, fsdp, ckpt, plan, train).
+#     data_core, data, infer, report, fsdp_hook, fsdp, ckpt, plan, train, model_io, probe).
 # The binary finds the shim and the data relative to itself (src/data/paths.cpp), so the prefix
 # may be moved; so does the module (it derives the prefix from its own path).
 include(CMakePackageConfigHelpers)

@@ -6,8 +6,8 @@
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/model/hf_config.h"
+#include "shardtrain/model_io/import.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/train/import.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
@@ -73,13 +73,13 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
     selected = [a](runtime::Runtime& rt) {
       return on_rank0(rt, [&] {
         if (a->format == "hf") {
-          train::HfExportOptions o;
+          model_io::HfExportOptions o;
           o.dtype = a->dtype;
           o.max_shard_bytes = parse_byte_size(a->max_shard_size, "--max-shard-size");
           o.tokenizer_from = a->tokenizer_from;
-          train::export_hf_directory(a->file, a->out, o);
+          model_io::export_hf_directory(a->file, a->out, o);
         } else {
-          train::export_checkpoint(a->file, a->out);
+          model_io::export_checkpoint(a->file, a->out);
         }
       });
     };
@@ -111,7 +111,7 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
         with.overrides.push_back("model.from_hf=" + a->file);
         d = load_deck_agreed(with, rt.world());
       }
-      train::import_safetensors(rt, d, a->file, a->out);
+      model_io::import_safetensors(rt, d, a->file, a->out);
       return kExitOk;
     };
   });

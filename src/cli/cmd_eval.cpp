@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "command.h"
+#include "shardtrain/infer/evaluate.h"
+#include "shardtrain/model_io/inference_model.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/train/evaluate.h"
-#include "shardtrain/train/inference_model.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/file_io.h"
 
@@ -36,16 +36,16 @@ int run_eval(runtime::Runtime& rt, const EvalArgs& a) {
     // checkpoint here; a path names one.
     const std::string resume = d.get_string("checkpoint.resume");
     const bool newest = resume == "auto" || resume == "never";
-    path = train::resolve_checkpoint_path(newest ? d.checkpoint_dir() : resume,
+    path = model_io::resolve_checkpoint_path(newest ? d.checkpoint_dir() : resume,
                                           newest ? "checkpoint.dir (its newest checkpoint; or --set checkpoint.resume=PATH)"
                                                  : "checkpoint.resume");
     dataset = a.dataset.empty() ? d.get_string("data.dataset") : a.dataset;
     out = a.out.empty() ? d.out_dir() + "/eval.json" : a.out;
   });
-  auto m = train::open_inference_model(rt.world(), d, path);
-  const train::EvalResult r = train::evaluate_split(m->net(), dataset, a.split, d.get_int("train.micro_batch"),
+  auto m = model_io::open_inference_model(rt.world(), d, path);
+  const infer::EvalResult r = infer::evaluate_split(m->net(), dataset, a.split, d.get_int("train.micro_batch"),
                                                     a.max_windows, m->job.device, rt.world());
-  const std::string json = train::eval_json(r, path, m->state.step);
+  const std::string json = infer::eval_json(r, path, m->state.step);
   runtime::run_agreed(rt.world(), [&] {
     if (rt.rank() != 0) return;
     std::error_code ec;

@@ -7,9 +7,9 @@
 #include "shardtrain/util/timer.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/infer/sampling.h"
+#include "shardtrain/model_io/inference_model.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/train/inference_model.h"
-#include "shardtrain/train/sampling.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
@@ -20,7 +20,7 @@ namespace {
 struct GenerateArgs {
   std::string ckpt, prompt, prompt_file, tokenizer, data_dir;
   std::vector<std::string> overrides;
-  train::SamplingOptions sampling;
+  infer::SamplingOptions sampling;
   int64_t samples = 1;
 };
 
@@ -30,12 +30,12 @@ int run_generate(runtime::Runtime& rt, const GenerateArgs& a) {
   std::unique_ptr<data::Tokenizer> tok;
   std::vector<int32_t> ids;
   runtime::run_agreed(rt.world(), [&] {
-    train::check_sampling_options(a.sampling, {"--temperature", "--top-k", "--top-p", "--max-new-tokens"});
+    infer::check_sampling_options(a.sampling, {"--temperature", "--top-k", "--top-p", "--max-new-tokens"});
     ST_USER_CHECK(a.samples >= 1 && a.samples <= 1000, "--samples must be in [1, 1000], got ", a.samples);
     ST_USER_CHECK(a.prompt_file.empty() || a.prompt.empty(), "give --prompt or --prompt-file, not both");
     if (!a.prompt_file.empty()) prompt = read_small_file(a.prompt_file, 16 * kMiB, "--prompt-file");
-    path = train::resolve_checkpoint_path(a.ckpt, "generate CKPT");
-    d = train::checkpoint_deck(path, a.overrides);
+    path = model_io::resolve_checkpoint_path(a.ckpt, "generate CKPT");
+    d = model_io::checkpoint_deck(path, a.overrides);
     ST_USER_CHECK(model::input_kind(train::model_spec_from_deck(d)) == model::InputKind::Tokens, path,
                   ": generate needs a language model (gpt2, llama); this checkpoint holds a ", d.get_string("model.arch"),
                   " (use `shardtrain eval` for classifiers)");
@@ -58,7 +58,7 @@ int run_generate(runtime::Runtime& rt, const GenerateArgs& a) {
   // Progress on stderr (stdout is the text): a big model takes a while to load and to generate.
   if (rt.rank() == 0) std::fprintf(stderr, "# generate: loading %s on %d rank%s\n", path.c_str(), rt.size(), rt.size() == 1 ? "" : "s");
   Timer load_timer;
-  auto m = train::open_inference_model(rt.world(), d, path);
+  auto m = model_io::open_inference_model(rt.world(), d, path);
   if (rt.rank() == 0) {
     std::fprintf(stderr, "# generate: loaded in %.1f s\n", load_timer.seconds());
     std::fprintf(stderr, "# generate: %s (step %lld, %s), %d rank%s; temperature %g, top-k %lld, top-p %g, seed %llu\n",
@@ -67,7 +67,7 @@ int run_generate(runtime::Runtime& rt, const GenerateArgs& a) {
                  a.sampling.top_p, static_cast<unsigned long long>(a.sampling.seed));
   }
   for (int64_t s = 0; s < a.samples; ++s) {
-    train::SamplingOptions o = a.sampling;
+    infer::SamplingOptions o = a.sampling;
     o.seed = a.sampling.seed + static_cast<uint64_t>(s);
     Timer gen_timer;
     double last_report = 0;
@@ -78,7 +78,7 @@ int run_generate(runtime::Runtime& rt, const GenerateArgs& a) {
                    static_cast<long long>(o.max_new_tokens), last_report);
     };
     const std::vector<int32_t> out =
-        train::generate_tokens(m->net(), ids, tok->vocab_size(), o, m->job.device, rt.world(), -1, progress);
+        infer::generate_tokens(m->net(), ids, tok->vocab_size(), o, m->job.device, rt.world(), -1, progress);
     if (rt.rank() != 0) continue;
     std::fprintf(stderr, "# generate: %lld tokens in %.2f s\n", static_cast<long long>(out.size() - ids.size()),
                  gen_timer.seconds());

@@ -13,8 +13,8 @@
 #include "shardtrain/plan/bytes.h"
 #include "shardtrain/plan/strategy_plan.h"
 #include "shardtrain/plan/tables.h"
+#include "shardtrain/probe/probe.h"
 #include "shardtrain/train/plan_settings.h"
-#include "shardtrain/train/probe.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
@@ -55,7 +55,7 @@ struct MaxBatchArgs {
 struct Row {
   fsdp::Strategy strategy;
   int64_t best = 0;            // largest value that fits (0: not even the smallest)
-  train::ProbeResult at_best;  // its probe
+  probe::ProbeResult at_best;  // its probe
   int64_t planned_best = 0;
   int64_t params_at_best = 0;
   int probes = 0;
@@ -83,7 +83,7 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
   });
   optim::KokkosScope kokkos;
   train::install_alloc_tracker();
-  const int threads = train::probe_threads(rt.world(), d);
+  const int threads = probe::probe_threads(rt.world(), d);
   at::set_num_threads(threads);
   if (limit == 0) {
     // Default: 80% of the memory available now, shared by the ranks of each host.
@@ -132,14 +132,14 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
     row.planned_best = largest_fitting(planned_fits, 0, 0, a.max_value);
 
     auto probe = [&](int64_t v) {
-      train::ProbeOptions o;
+      probe::ProbeOptions o;
       o.spec = spec_for(v);
       o.strategy = st;
       o.micro_batch = vary_layers ? bp.micro_batch : v;
       o.grad_accum = 1;
       o.steps = a.steps;
       o.memory_limit = limit;
-      const train::ProbeResult r = train::run_probe(rt.world(), d, o);
+      const probe::ProbeResult r = probe::run_probe(rt.world(), d, o);
       ++row.probes;
       if (rt.rank() == 0) {
         std::printf("probe %-18s %s %5lld: peak %11s (planned %11s), step %7.2f s -> %s\n", fsdp::to_string(st), what,

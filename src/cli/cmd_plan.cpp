@@ -16,9 +16,9 @@
 #include "shardtrain/plan/bytes.h"
 #include "shardtrain/plan/strategy_plan.h"
 #include "shardtrain/plan/tables.h"
+#include "shardtrain/probe/probe.h"
 #include "shardtrain/train/plan_settings.h"
 #include "shardtrain/train/peak_flops.h"
-#include "shardtrain/train/probe.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
@@ -133,7 +133,7 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
   ps.step.cores_per_host = a.cores_per_host > 0 ? a.cores_per_host
                                                 : std::max(1, hw * ps.ranks_per_host / std::max(ps.ranks_per_host, local));
   // --measure: plan for the threads the probes will use (bf16 GEMM workspace is per thread).
-  const int threads = a.measure ? train::probe_threads(rt.world(), d) : 0;
+  const int threads = a.measure ? probe::probe_threads(rt.world(), d) : 0;
   if (a.measure) ps.threads = threads;
   // The compute rate of the step estimate: the given one, else the trainer's matmul measured here
   // on one rank's threads (the slowest rank's, when the job has several).
@@ -182,14 +182,14 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
   int fastest = -1;
   double fastest_s = 0;
   for (const auto& p : plans) {
-    train::ProbeOptions o;
+    probe::ProbeOptions o;
     o.spec = ps.spec;
     o.strategy = p.strategy;
     o.micro_batch = ps.micro_batch;
     o.grad_accum = ps.grad_accum;
     o.steps = a.steps;
     o.ranks_per_host = ps.ranks_per_host;
-    const train::ProbeResult r = train::run_probe(rt.world(), d, o);
+    const probe::ProbeResult r = probe::run_probe(rt.world(), d, o);
     const double err = r.peak_bytes > 0 ? static_cast<double>(p.mem.total - r.peak_bytes) / r.peak_bytes : 0;
     worst = std::max(worst, std::fabs(err));
     if (rt.rank() == 0) {

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "command.h"
+#include "shardtrain/report/report.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/train/report.h"
 #include "shardtrain/util/small_file.h"
 
 namespace shardtrain::cli {
@@ -23,7 +23,7 @@ void add_report(CLI::App& app, CommandFn& selected) {
         // A regular file only (a FIFO would block the reader forever); metrics files grow with
         // the run, so no small cap.
         check_regular_file(*dir + "/metrics.jsonl", std::numeric_limits<std::uint64_t>::max(), "metrics");
-        wrote = train::write_report(*dir);
+        wrote = report::write_report(*dir);
       });
       for (const auto& p : wrote) std::printf("wrote %s\n", p.c_str());
       return 0;

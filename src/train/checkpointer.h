@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <string>
 
-#include "resume_state.h"
 #include "save_schedule.h"
 #include "shardtrain/ckpt/manager.h"
+#include "shardtrain/train/resume_state.h"
 
 namespace shardtrain::train {
 

@@ -1,5 +1,5 @@
 // TrainState packing: cursor as two int64, RNG states concatenated rank by rank, the rest in extra JSON.
-#include "resume_state.h"
+#include "shardtrain/train/resume_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>

@@ -1,17 +1,11 @@
 // model_spec_json: the ModelSpec as a JSON object, written into checkpoints (CheckpointInfo).
+// Read back by the model_io layer (model_io/spec_from_json.h).
 #pragma once
 #include <string>
-#include <vector>
 
 #include "shardtrain/model/model.h"
 
 namespace shardtrain::train {
 // Every field of the spec, so a checkpoint says which model it holds without the deck.
 std::string model_spec_json(const model::ModelSpec& s);
-// The inverse, for tools that rebuild a checkpoint's model (ckpt export checks its tensors):
-// every size within its deck key's range, then model::resolve_spec. UserError naming `what`.
-model::ModelSpec model_spec_from_json(const std::string& text, const std::string& what);
-// The spec as deck overrides ("model.arch=\"llama\"", "model.d_model=64", ...; floats to the
-// bit): a deck that sets them builds exactly this model (checkpoint_deck uses it).
-std::vector<std::string> spec_overrides(const model::ModelSpec& s);
 }  // namespace shardtrain::train

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "loop_settings.h"
-#include "resume_state.h"
 #include "shardtrain/deck/deck.h"
+#include "shardtrain/train/resume_state.h"
 
 namespace shardtrain::train {
 

@@ -1,4 +1,4 @@
-// TextSampler: the sampling schedule, the generation (train/sampling.h) and the records.
+// TextSampler: the sampling schedule, the generation (infer/sampling.h) and the records.
 #include "text_sampler.h"
 
 #include <cstdio>
@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "shardtrain/data/paths.h"
+#include "shardtrain/infer/sampling.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/train/sampling.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 
@@ -55,12 +55,12 @@ TextSampler::TextSampler(const TrainerSettings& s, model::Model& net, c10::Devic
 
 void TextSampler::after_step(int64_t step) {
   if (s_.sample_every <= 0 || !(step % s_.sample_every == 0 || step == s_.max_steps)) return;
-  SamplingOptions o;
+  infer::SamplingOptions o;
   o.temperature = s_.sample_temperature;
   o.top_k = s_.sample_top_k;
   o.max_new_tokens = s_.sample_tokens;
   o.seed = s_.seed + static_cast<uint64_t>(step);
-  const std::vector<int32_t> out = generate_tokens(net_, prompt_ids_, tok_->vocab_size(), o, device_, world_);
+  const std::vector<int32_t> out = infer::generate_tokens(net_, prompt_ids_, tok_->vocab_size(), o, device_, world_);
   runtime::run_agreed(world_, [&] {
     if (rank_ != 0) return;
     const std::vector<int32_t> fresh(out.begin() + static_cast<std::ptrdiff_t>(prompt_ids_.size()), out.end());

@@ -9,7 +9,7 @@
 
 #include "data_source.h"
 #include "divergence.h"
-#include "resume_state.h"
+#include "shardtrain/train/resume_state.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
 #include "shardtrain/model/model.h"

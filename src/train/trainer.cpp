@@ -16,7 +16,7 @@
 #include "data_source.h"
 #include "divergence.h"
 #include "loop_settings.h"
-#include "resume_state.h"
+#include "shardtrain/train/resume_state.h"
 #include "save_schedule.h"
 #include "shardtrain/ckpt/manager.h"
 #include "shardtrain/ckpt/preflight.h"

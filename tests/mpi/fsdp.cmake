@@ -13,7 +13,7 @@ add_mpi_test(NAME zeropp TARGET test_zeropp NP 1 4 TIMEOUT 300 LABELS fsdp)
 # Instruction data: eval's loss over a masked dataset equals a hand-computed reference over the
 # counted targets only, the same bits at 1 and 2 ranks.
 add_executable(test_masked_loss ${CMAKE_CURRENT_LIST_DIR}/test_masked_loss.cpp)
-target_link_libraries(test_masked_loss PRIVATE shardtrain_mpi_gtest shardtrain::train)
+target_link_libraries(test_masked_loss PRIVATE shardtrain_mpi_gtest shardtrain::infer)
 shardtrain_torch_pch(test_masked_loss)
 add_mpi_test(NAME masked_loss TARGET test_masked_loss NP 1 2 TIMEOUT 120 LABELS "data;train")
 

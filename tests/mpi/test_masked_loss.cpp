@@ -1,4 +1,4 @@
-// Instruction data's loss mask in `eval` (train::evaluate_split): on a dataset with a mask, the
+// Instruction data's loss mask in `eval` (infer::evaluate_split): on a dataset with a mask, the
 // loss is the mean cross-entropy over the counted targets only, equal (to fp64 rounding of the
 // same fp32 terms) to a reference computed here from the plain model's logits, the raw
 // train.bin / train.mask bytes and a log-softmax written out by hand; the same bits at every
@@ -13,8 +13,8 @@
 #include <fstream>
 
 #include "shardtrain/data/token_dataset.h"
+#include "shardtrain/infer/evaluate.h"
 #include "shardtrain/model/model.h"
-#include "shardtrain/train/evaluate.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;
@@ -129,7 +129,7 @@ TEST(MaskedLoss, EvalIsTheMeanOverCountedTargets) {
   make_dataset(base + "/plain", n, false);
 
   // micro-batches of 4: 4 forwards, the last padded; dealt over the ranks.
-  const train::EvalResult r = train::evaluate_split(*net, base + "/masked", "train", 4, 0, at::kCPU, MPI_COMM_WORLD);
+  const infer::EvalResult r = infer::evaluate_split(*net, base + "/masked", "train", 4, 0, at::kCPU, MPI_COMM_WORLD);
   std::int64_t ref_n = 0;
   const double ref = reference_loss(*net, base + "/masked", windows, T, true, &ref_n);
   EXPECT_EQ(r.items, windows);
@@ -144,12 +144,12 @@ TEST(MaskedLoss, EvalIsTheMeanOverCountedTargets) {
   const double all = reference_loss(*net, base + "/plain", windows, T, false, &all_n);
   EXPECT_EQ(all_n, windows * T);
   EXPECT_GT(std::fabs(all - ref), 1e-4);
-  const train::EvalResult p = train::evaluate_split(*net, base + "/plain", "train", 4, 0, at::kCPU, MPI_COMM_WORLD);
+  const infer::EvalResult p = infer::evaluate_split(*net, base + "/plain", "train", 4, 0, at::kCPU, MPI_COMM_WORLD);
   EXPECT_EQ(p.targets, windows * T);
   EXPECT_NEAR(p.loss, all, 2e-6 * all);
 
   // The same bits at every world size: each rank alone (MPI_COMM_SELF) gives the world's loss.
-  const train::EvalResult one = train::evaluate_split(*net, base + "/masked", "train", 4, 0, at::kCPU, MPI_COMM_SELF);
+  const infer::EvalResult one = infer::evaluate_split(*net, base + "/masked", "train", 4, 0, at::kCPU, MPI_COMM_SELF);
   EXPECT_EQ(one.loss, r.loss);
   EXPECT_EQ(one.targets, r.targets);
   MPI_Barrier(MPI_COMM_WORLD);

@@ -27,3 +27,19 @@ shardtrain_layer_check(layers_fsdp_includes_comm shardtrain::fsdp shardtrain/com
 shardtrain_layer_check(layers_plan_cannot_include_train shardtrain::plan shardtrain/train/setup.h fails)
 shardtrain_layer_check(layers_plan_cannot_include_deck shardtrain::plan shardtrain/deck/deck.h fails)
 shardtrain_layer_check(layers_plan_includes_fsdp_wrap shardtrain::plan shardtrain/fsdp/wrap.h compiles)
+# infer (generation, whole-split evaluation) runs a given model: below train, which samples
+# through it; it knows no trainer.
+shardtrain_layer_check(layers_infer_cannot_include_train shardtrain::infer shardtrain/train/setup.h fails)
+shardtrain_layer_check(layers_infer_includes_data shardtrain::infer shardtrain/data/token_dataset.h compiles)
+# report (plots of metrics.jsonl) reads files only.
+shardtrain_layer_check(layers_report_cannot_include_train shardtrain::report shardtrain/train/metrics.h fails)
+shardtrain_layer_check(layers_report_includes_util shardtrain::report shardtrain/util/file_io.h compiles)
+# model_io and probe sit above train (they open its sharded jobs); train sees neither, and the two
+# do not see each other.
+shardtrain_layer_check(layers_train_cannot_include_model_io shardtrain::train shardtrain/model_io/import.h fails)
+shardtrain_layer_check(layers_train_cannot_include_probe shardtrain::train shardtrain/probe/probe.h fails)
+shardtrain_layer_check(layers_train_includes_infer shardtrain::train shardtrain/infer/sampling.h compiles)
+shardtrain_layer_check(layers_model_io_cannot_include_probe shardtrain::model_io shardtrain/probe/probe.h fails)
+shardtrain_layer_check(layers_model_io_includes_train shardtrain::model_io shardtrain/train/job.h compiles)
+shardtrain_layer_check(layers_probe_cannot_include_model_io shardtrain::probe shardtrain/model_io/import.h fails)
+shardtrain_layer_check(layers_probe_includes_train shardtrain::probe shardtrain/train/alloc_tracker.h compiles)

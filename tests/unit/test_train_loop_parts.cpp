@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "shardtrain/deck/deck.h"
-#include "shardtrain/train/sampling.h"
+#include "shardtrain/infer/sampling.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 
@@ -59,53 +59,53 @@ std::vector<float> logits() { return {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f}; }
 }  // namespace
 
 TEST(ChooseToken, GreedyTakesTheFirstMaximum) {
-  train::SamplingOptions o;
+  infer::SamplingOptions o;
   o.temperature = 0;
   std::mt19937_64 rng(1);
-  EXPECT_EQ(train::choose_token(logits(), 6, o, rng), 1);
+  EXPECT_EQ(infer::choose_token(logits(), 6, o, rng), 1);
   // Entries past the tokenizer's vocabulary are never chosen.
-  EXPECT_EQ(train::choose_token({0.0f, 1.0f, 9.0f}, 2, o, rng), 1);
+  EXPECT_EQ(infer::choose_token({0.0f, 1.0f, 9.0f}, 2, o, rng), 1);
 }
 
 TEST(ChooseToken, TopKAndTopPRestrictTheChoice) {
-  train::SamplingOptions o;
+  infer::SamplingOptions o;
   o.temperature = 1.0;
   o.top_k = 2;
   std::mt19937_64 rng(7);
   std::map<int, int> seen;
-  for (int i = 0; i < 2000; ++i) ++seen[train::choose_token(logits(), 6, o, rng)];
+  for (int i = 0; i < 2000; ++i) ++seen[infer::choose_token(logits(), 6, o, rng)];
   EXPECT_EQ(seen.size(), 2u);  // the two tied maxima, ids 1 and 3, about equally often
   EXPECT_GT(seen[1], 850);
   EXPECT_GT(seen[3], 850);
   o.top_k = 0;
   o.top_p = 0.01;  // the single most likely token (the lower id of the tie)
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(train::choose_token(logits(), 6, o, rng), 1);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(infer::choose_token(logits(), 6, o, rng), 1);
   o.top_p = 1.0;
   seen.clear();
-  for (int i = 0; i < 20000; ++i) ++seen[train::choose_token(logits(), 6, o, rng)];
+  for (int i = 0; i < 20000; ++i) ++seen[infer::choose_token(logits(), 6, o, rng)];
   EXPECT_EQ(seen.size(), 6u);
   // softmax: p(2) / p(1) = e^-1
   EXPECT_NEAR(static_cast<double>(seen[2]) / seen[1], std::exp(-1.0), 0.05);
 }
 
 TEST(ChooseToken, TheSameSeedRepeats) {
-  train::SamplingOptions o;
+  infer::SamplingOptions o;
   std::mt19937_64 a(42), b(42), c(43);
   std::vector<int> x, y, z;
   for (int i = 0; i < 64; ++i) {
-    x.push_back(train::choose_token(logits(), 6, o, a));
-    y.push_back(train::choose_token(logits(), 6, o, b));
-    z.push_back(train::choose_token(logits(), 6, o, c));
+    x.push_back(infer::choose_token(logits(), 6, o, a));
+    y.push_back(infer::choose_token(logits(), 6, o, b));
+    z.push_back(infer::choose_token(logits(), 6, o, c));
   }
   EXPECT_EQ(x, y);
   EXPECT_NE(x, z);
 }
 
 TEST(ChooseToken, BadOptionsNameTheFlag) {
-  train::SamplingOptions o;
+  infer::SamplingOptions o;
   o.top_p = 0;
   try {
-    train::check_sampling_options(o, {"--temperature", "--top-k", "--top-p", "--max-new-tokens"});
+    infer::check_sampling_options(o, {"--temperature", "--top-k", "--top-p", "--max-new-tokens"});
     FAIL() << "no error";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("--top-p"), std::string::npos) << e.what();

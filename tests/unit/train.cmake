@@ -1,7 +1,8 @@
-# Unit tests of the train layer's single-process parts (schedule from a deck, token choice).
+# Unit tests of the train layer's single-process parts (schedule from a deck) and the token choice
+# of the infer layer.
 add_unit_test(NAME test_train_loop_parts
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_train_loop_parts.cpp
-  LIBS shardtrain::train
+  LIBS shardtrain::train shardtrain::infer
   LABELS train
   TIMEOUT 60)
 target_compile_definitions(test_train_loop_parts PRIVATE SHARDTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

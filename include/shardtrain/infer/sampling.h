@@ -13,7 +13,7 @@
 
 #include "shardtrain/model/model.h"
 
-namespace shardtrain::train {
+namespace shardtrain::infer {
 
 struct SamplingOptions {
   double temperature = 0.8;    // 0 = greedy (the most likely token, the lowest id on ties)
@@ -41,4 +41,4 @@ std::vector<int32_t> generate_tokens(model::Model& net, std::vector<int32_t> con
                                      int32_t stop_id = -1,
                                      const std::function<void(int64_t generated)>& after_token = {});
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::infer

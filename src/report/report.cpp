@@ -1,7 +1,7 @@
 // write_report: metrics.jsonl -> columns -> one gnuplot script -> PNGs. No shell: gnuplot is
 // spawned with an argument vector in the plots directory, and the script names only fixed
 // file names there; the one user string in it (the run directory, in a title) is quoted.
-#include "shardtrain/train/report.h"
+#include "shardtrain/report/report.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,7 +17,7 @@
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/file_io.h"
 
-namespace shardtrain::train {
+namespace shardtrain::report {
 namespace {
 
 constexpr const char* kPlots[] = {"loss.png", "throughput.png", "memory.png"};
@@ -165,4 +165,4 @@ std::vector<std::string> write_report(const std::string& run_dir, const std::str
   return out;
 }
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::report

@@ -3,11 +3,11 @@
 #include <string>
 #include <vector>
 
-namespace shardtrain::train {
+namespace shardtrain::report {
 
 // Writes RUN_DIR/plots/{loss,throughput,memory}.png (and the .dat files gnuplot reads).
 // Returns the PNG paths. UserError when the metrics file is missing or malformed, or
 // when gnuplot is not installed.
 std::vector<std::string> write_report(const std::string& run_dir, const std::string& metrics_file = "metrics.jsonl");
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::report

@@ -15,7 +15,7 @@
 #include "shardtrain/fsdp/sharded_optimizer.h"
 #include "shardtrain/train/job.h"
 
-namespace shardtrain::train {
+namespace shardtrain::model_io {
 
 // A checkpoint file, or a checkpoint directory (the file its `latest` names). UserError naming
 // `what` (the flag or key it came from) when neither exists.
@@ -29,7 +29,7 @@ std::string resolve_checkpoint_path(const std::string& path_or_dir, const std::s
 deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::string>& overrides = {});
 
 struct InferenceModel {
-  ShardedJob job;
+  train::ShardedJob job;
   std::unique_ptr<fsdp::Engine> engine;
   std::unique_ptr<fsdp::ShardedOptimizer> optimizer;  // load_checkpoint reads its state too
   ckpt::TrainState state;                              // the checkpoint's step, tokens seen
@@ -41,4 +41,4 @@ struct InferenceModel {
 // digest checked). A checkpoint of another model is one UserError on every rank.
 std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck::Deck& d, const std::string& ckpt_path);
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::model_io

@@ -1,6 +1,6 @@
 // open_inference_model / checkpoint_deck / resolve_checkpoint_path: a checkpoint's model for
 // `eval` and `generate`.
-#include "shardtrain/train/inference_model.h"
+#include "shardtrain/model_io/inference_model.h"
 
 #include <sys/stat.h>
 
@@ -9,16 +9,16 @@
 
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/model/model.h"
+#include "shardtrain/model_io/import.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/train/import.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/path_inside.h"
 #include "shardtrain/util/small_file.h"
-#include "spec_json.h"
+#include "spec_from_json.h"
 
-namespace shardtrain::train {
+namespace shardtrain::model_io {
 
 std::string resolve_checkpoint_path(const std::string& p, const std::string& what) {
   namespace fs = std::filesystem;
@@ -95,13 +95,13 @@ std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck:
   runtime::run_agreed(world, [&] {
     if (rank != 0) return;
     ckpt::read_checkpoint_meta(ckpt_path);
-    ckpt::check_model_datasets(ckpt_path, expected_tensors(model_spec_from_deck(d)));
+    ckpt::check_model_datasets(ckpt_path, expected_tensors(train::model_spec_from_deck(d)));
   });
   auto m = std::make_unique<InferenceModel>();
   m->path = ckpt_path;
-  m->job = open_sharded_job(world, d);
+  m->job = train::open_sharded_job(world, d);
   fsdp::OptimizerConfig opt_cfg;
-  runtime::run_agreed(world, [&] { opt_cfg = optimizer_config_from_deck(d); });
+  runtime::run_agreed(world, [&] { opt_cfg = train::optimizer_config_from_deck(d); });
   // Every value is read from the file; the init only has to be cheap.
   fsdp::InitFn zeros = [](const std::string&, at::Tensor& t) { t.zero_(); };
   m->engine = std::make_unique<fsdp::Engine>(*m->job.net, m->job.comms.engine(), m->job.engine_options, zeros);
@@ -110,4 +110,4 @@ std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck:
   return m;
 }
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::model_io

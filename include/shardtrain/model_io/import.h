@@ -8,7 +8,7 @@
 #include "shardtrain/model/model.h"
 #include "shardtrain/runtime/runtime.h"
 
-namespace shardtrain::train {
+namespace shardtrain::model_io {
 
 // Collective over the world. Builds the deck's model and strategy exactly as `train` would
 // (on the meta device, one unit at a time), reads each rank's shard slices of every
@@ -46,4 +46,4 @@ std::vector<ckpt::ExpectedTensor> expected_tensors(const model::ModelSpec& spec)
 // path itself), for refusing an output that would overwrite one of them.
 std::vector<std::string> safetensors_inputs(const std::string& in);
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::model_io

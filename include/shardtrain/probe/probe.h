@@ -1,5 +1,5 @@
 // Probe: a few real training steps with a fresh model, engine and optimizer, measured by the
-// counting allocator (alloc_tracker.h). What `plan --measure` and `maxbatch` run.
+// counting allocator (train/alloc_tracker.h). What `plan --measure` and `maxbatch` run.
 #pragma once
 #include <mpi.h>
 
@@ -9,10 +9,10 @@
 #include "shardtrain/fsdp/options.h"
 #include "shardtrain/model/model.h"
 
-namespace shardtrain::train {
+namespace shardtrain::probe {
 
 struct ProbeOptions {
-  model::ModelSpec spec;            // resolved; usually model_spec_from_deck(d)
+  model::ModelSpec spec;            // resolved; usually train::model_spec_from_deck(d)
   fsdp::Strategy strategy = fsdp::Strategy::FullShard;
   int64_t micro_batch = 1;
   int64_t grad_accum = 1;
@@ -33,12 +33,12 @@ struct ProbeResult {
 // the engine (sharded init) and the deck's optimizer, then runs o.steps steps on synthetic
 // batches of the model's input shape (token ids, or images and labels), deterministic per
 // rank. Memory is measured from before the engine is built, so initialisation counts. The
-// memory limit is soft (alloc_tracker.h): every rank completes the step and all ranks agree on
-// the verdict, so an over-limit probe never leaves a collective half-done. Needs the counting
-// allocator installed and Kokkos running (optim::KokkosScope).
+// memory limit is soft (train/alloc_tracker.h): every rank completes the step and all ranks
+// agree on the verdict, so an over-limit probe never leaves a collective half-done. Needs the
+// counting allocator installed and Kokkos running (optim::KokkosScope).
 ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o);
 
 // Intra-op threads for probes: run.threads, else cores / ranks on this (real) host. Collective.
 int probe_threads(MPI_Comm world, const deck::Deck& d);
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::probe

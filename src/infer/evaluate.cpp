@@ -1,5 +1,5 @@
 // evaluate_split: whole-split evaluation with a reduction order fixed by item index.
-#include "shardtrain/train/evaluate.h"
+#include "shardtrain/infer/evaluate.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -19,7 +19,7 @@
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
 
-namespace shardtrain::train {
+namespace shardtrain::infer {
 namespace {
 
 // Item i's inputs and targets for one forward of `n` items starting at `first` (items past
@@ -232,4 +232,4 @@ std::string eval_json(const EvalResult& r, const std::string& checkpoint, int64_
   return j.dump() + "\n";
 }
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::infer

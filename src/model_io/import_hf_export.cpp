@@ -14,16 +14,16 @@
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/model/hf_config.h"
-#include "shardtrain/train/import.h"
-#include "shardtrain/train/inference_model.h"
+#include "shardtrain/model_io/import.h"
+#include "shardtrain/model_io/inference_model.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/deck/deck.h"
-#include "spec_json.h"
+#include "spec_from_json.h"
 
-namespace shardtrain::train {
+namespace shardtrain::model_io {
 namespace {
 
 namespace fs = std::filesystem;
@@ -104,7 +104,7 @@ void export_hf_directory(const std::string& path, const std::string& out_dir, co
   // Where the tokenizer files come from: the flag, or the directory the model came from.
   std::string source = o.tokenizer_from;
   const bool named = !source.empty();
-  if (!named && d) source = hf_model_source(*d);
+  if (!named && d) source = train::hf_model_source(*d);
   std::error_code ec;
   if (!source.empty() && !fs::is_directory(source, ec)) source = fs::path(source).parent_path().string();
   if (named) ST_USER_CHECK(fs::is_directory(source, ec), "--tokenizer-from ", o.tokenizer_from, ": not a directory");
@@ -159,4 +159,4 @@ void export_hf_directory(const std::string& path, const std::string& out_dir, co
   }
 }
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::model_io

@@ -1,7 +1,7 @@
 // run_probe: the trainer's step (forward/backward per micro-batch, clip, optimizer) on
 // synthetic batches, under the counting allocator.
 #include "shardtrain/runtime/topology.h"
-#include "shardtrain/train/probe.h"
+#include "shardtrain/probe/probe.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -18,41 +18,42 @@
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
 
-namespace shardtrain::train {
+namespace shardtrain::probe {
 
 ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o) {
-  ST_CHECK(alloc_tracker_installed(), "run_probe needs install_alloc_tracker()");
+  ST_CHECK(train::alloc_tracker_installed(), "run_probe needs install_alloc_tracker()");
   int rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
   ProbeResult res;
   {
     fsdp::OptimizerConfig opt_cfg;
-    runtime::run_agreed(world, [&] { opt_cfg = optimizer_config_from_deck(d); });
+    runtime::run_agreed(world, [&] { opt_cfg = train::optimizer_config_from_deck(d); });
     // The counting allocator sees host memory: the probe runs on the CPU.
-    JobOptions jo;
+    train::JobOptions jo;
     jo.strategy = o.strategy;
     jo.ranks_per_host = o.ranks_per_host > 0 ? o.ranks_per_host : -1;
     jo.spec = o.spec;
     jo.host_only = true;
-    ShardedJob job = open_sharded_job(world, d, jo);
+    train::ShardedJob job = train::open_sharded_job(world, d, jo);
     model::Model* net = job.net.get();
     const fsdp::EngineOptions& eopts = job.engine_options;
     const uint64_t seed = static_cast<uint64_t>(d.get_int("run.seed"));
-    const fsdp::InitFn init = seeded_init(*net, seed);
+    const fsdp::InitFn init = train::seeded_init(*net, seed);
 
     // Everything from here on is the probe's memory. Initialisation runs before the optimizer
     // state exists; the steps run with it (Kokkos memory, not tensors: added to the count).
     ST_MPI_CHECK(MPI_Barrier(world));
-    const int64_t live_before = alloc_counters().live_bytes;
-    reset_alloc_peak();
-    set_alloc_limit(o.memory_limit > 0 ? live_before + o.memory_limit : 0);
+    const int64_t live_before = train::alloc_counters().live_bytes;
+    train::reset_alloc_peak();
+    train::set_alloc_limit(o.memory_limit > 0 ? live_before + o.memory_limit : 0);
     std::unique_ptr<fsdp::Engine> engine = std::make_unique<fsdp::Engine>(*net, job.comms.engine(), eopts, init);
-    const int64_t init_peak = alloc_counters().peak_bytes - live_before;
-    bool over = alloc_limit_exceeded();
+    const int64_t init_peak = train::alloc_counters().peak_bytes - live_before;
+    bool over = train::alloc_limit_exceeded();
     std::unique_ptr<fsdp::ShardedOptimizer> opt = std::make_unique<fsdp::ShardedOptimizer>(*engine, opt_cfg);
     res.optim_bytes = opt->state_bytes();
-    reset_alloc_peak();
-    set_alloc_limit(o.memory_limit > 0 ? std::max<int64_t>(1, live_before + o.memory_limit - res.optim_bytes) : 0);
+    train::reset_alloc_peak();
+    train::set_alloc_limit(o.memory_limit > 0 ? std::max<int64_t>(1, live_before + o.memory_limit - res.optim_bytes)
+                                              : 0);
 
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed * 7919 + static_cast<uint64_t>(rank));
     const model::ModelSpec& s = net->spec();
@@ -79,11 +80,11 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
       opt->step(static_cast<float>(d.get_float("optimizer.lr")));
       step_s = t.seconds();
     }
-    const int64_t peak = std::max(init_peak, alloc_counters().peak_bytes - live_before + res.optim_bytes);
-    over = over || alloc_limit_exceeded() || (o.memory_limit > 0 && res.optim_bytes > o.memory_limit);
+    const int64_t peak = std::max(init_peak, train::alloc_counters().peak_bytes - live_before + res.optim_bytes);
+    over = over || train::alloc_limit_exceeded() || (o.memory_limit > 0 && res.optim_bytes > o.memory_limit);
     opt.reset();
     engine.reset();
-    set_alloc_limit(0);
+    train::set_alloc_limit(0);
 
     double local[2] = {static_cast<double>(peak), step_s}, global[2];
     ST_MPI_CHECK(MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_MAX, world));
@@ -102,7 +103,7 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
 }
 
 int probe_threads(MPI_Comm world, const deck::Deck& d) {
-  return threads_per_rank(d, runtime::real_host_ranks(world).size);
+  return train::threads_per_rank(d, runtime::real_host_ranks(world).size);
 }
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::probe

@@ -1,6 +1,6 @@
 // Sampling: choose_token (temperature / top-k / top-p on the host in double) and the
 // generation loop over a sharded model.
-#include "shardtrain/train/sampling.h"
+#include "shardtrain/infer/sampling.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -12,7 +12,7 @@
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 
-namespace shardtrain::train {
+namespace shardtrain::infer {
 
 void check_sampling_options(const SamplingOptions& o, const std::vector<std::string>& n) {
   ST_CHECK(n.size() == 4, "check_sampling_options needs 4 names");
@@ -89,4 +89,4 @@ std::vector<int32_t> generate_tokens(model::Model& net, std::vector<int32_t> con
   return context;
 }
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::infer

@@ -1,12 +1,11 @@
 // import_safetensors: deck -> sharded model on meta -> slices read from safetensors -> checkpoint at step 0.
-#include "shardtrain/train/import.h"
+#include "shardtrain/model_io/import.h"
 
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <set>
 
-#include "resume_state.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/fsdp/engine.h"
@@ -14,11 +13,12 @@
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/job.h"
+#include "shardtrain/train/resume_state.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/timer.h"
-#include "spec_json.h"
+#include "spec_from_json.h"
 
-namespace shardtrain::train {
+namespace shardtrain::model_io {
 
 std::vector<std::string> safetensors_inputs(const std::string& in) {
   namespace fs = std::filesystem;
@@ -40,12 +40,12 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
     // Checked before any work: the header is parsed on every rank (cheap), so a bad file is
     // reported before the model is built.
     for (const std::string& f : ckpt::safetensors_files(in)) ckpt::read_safetensors_header(f);
-    opt_cfg = optimizer_config_from_deck(d);
+    opt_cfg = train::optimizer_config_from_deck(d);
   });
   // On the host whatever run.device says: the import only moves bytes from file to file.
-  JobOptions jo;
+  train::JobOptions jo;
   jo.host_only = true;
-  ShardedJob job = open_sharded_job(world, d, jo);
+  train::ShardedJob job = train::open_sharded_job(world, d, jo);
   const model::ModelSpec& spec = job.spec;
   const fsdp::Strategy strategy = job.strategy;
   const runtime::DeviceMesh* mesh = job.mesh.get();
@@ -55,11 +55,12 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
   ckpt::load_safetensors(in, engine, world);
 
   const uint64_t seed = static_cast<uint64_t>(d.get_int("run.seed"));
-  seed_default_generator(seed, rt.rank());  // what a fresh run starts with
+  train::seed_default_generator(seed, rt.rank());  // what a fresh run starts with
   // The batch plan is not checked here: the import may run at another rank count than the
   // training; the deck's global batch is recorded only for the resume note.
-  const ckpt::TrainState st = make_train_state(LoopPosition{}, d.get_int("train.global_batch"), seed, world);
-  const ckpt::CheckpointInfo info = checkpoint_info(job, d);
+  const ckpt::TrainState st =
+      train::make_train_state(train::LoopPosition{}, d.get_int("train.global_batch"), seed, world);
+  const ckpt::CheckpointInfo info = train::checkpoint_info(job, d);
   const ckpt::IoStats io = ckpt::save_checkpoint(out, engine, optimizer, st, info, world);
   if (rt.rank() == 0) {
     std::printf("imported %s -> %s: %s, %lld parameters, %d ranks (%s, %d replicate x %d shard); wrote %.1f MB in %.2f s\n",
@@ -90,4 +91,4 @@ void export_checkpoint(const std::string& path, const std::string& out) {
   ckpt::export_safetensors(path, out, &expected);
 }
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::model_io

@@ -11,7 +11,7 @@
 
 #include "shardtrain/model/model.h"
 
-namespace shardtrain::train {
+namespace shardtrain::infer {
 
 struct EvalResult {
   std::string dataset, split;
@@ -36,4 +36,4 @@ EvalResult evaluate_split(model::Model& net, const std::string& dataset_dir, con
 // One JSON object: the fields above (loss as %.17g, so it reads back to the same double).
 std::string eval_json(const EvalResult& r, const std::string& checkpoint, int64_t step);
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::infer
