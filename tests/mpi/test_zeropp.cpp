@@ -52,9 +52,13 @@ TEST(Quantize, RoundTripWithinHalfAStepOfEachBlock) {
         // Half a step, plus the fp32 rounding of code * scale.
         EXPECT_LE(err, s / 2 * (1 + 1e-5f) + 1e-30f) << "n " << n << " block " << block << " b " << b;
         // The block's largest value is exact up to rounding: its code is +-127.
-        if (amax > 0) EXPECT_NEAR(y.narrow(0, lo, len).abs().max().item<float>(), amax, amax * 1e-6f);
+        if (amax > 0) {
+          EXPECT_NEAR(y.narrow(0, lo, len).abs().max().item<float>(), amax, amax * 1e-6f);
+        }
       }
-      if (n > 10) EXPECT_TRUE(at::equal(y.narrow(0, n - 5, 5), at::zeros({5})));
+      if (n > 10) {
+        EXPECT_TRUE(at::equal(y.narrow(0, n - 5, 5), at::zeros({5})));
+      }
       // Into a bf16 buffer: the fp32 dequantization, cast once.
       at::Tensor h = at::empty({n}, at::kBFloat16);
       fsdp::dequantize_into(packed, n, block, h);
