@@ -187,7 +187,8 @@ std::vector<KeySpec> build_schema() {
     Int("fsdp.quant_guard_every", 50,
         "accuracy guard of the quantized collectives: every k optimizer steps (step 0 included) also compute "
         "the exact result, log the relative error (metrics quant_weight_err / quant_grad_err) and fall a unit "
-        "back to full precision, with a warning, when it exceeds quant_guard_threshold; 0 = off")
+        "back to full precision, with a warning, when it exceeds quant_guard_threshold; DiLoCo's int8 / int4 "
+        "outer average: every k-th sync of a fragment (outer_quant_err; the fragment falls back to fp32); 0 = off")
         .at_least(0).unit("steps"),
     Float("fsdp.quant_guard_threshold", 0.05,
           "relative L2 error of a unit's gathered weights or averaged gradient above which the guard falls "

@@ -218,33 +218,6 @@ void WireAverage::wait() const {
   if (exact_work) exact_work->wait();
 }
 
-OuterAverage average_outer_gradients(comm::Comm& replicate, std::vector<at::Tensor> grads, at::ScalarType wire,
-                                     bool tree) {
-  OuterAverage a;
-  a.replicas = replicate.size();
-  a.tree = tree;
-  a.grads = std::move(grads);
-  if (a.grads.empty()) return a;
-  if (tree) {
-    ST_CHECK(wire == at::kFloat, "the reproducible outer average runs in fp32");
-    for (const at::Tensor& g : a.grads) a.works.push_back(replicate.all_reduce_tree(g));
-    return a;
-  }
-  if (wire == at::kFloat) {
-    a.works.push_back(replicate.all_reduce_coalesced(a.grads, comm::ReduceOp::Avg));
-    return a;
-  }
-  for (const at::Tensor& g : a.grads) a.wire.push_back(g.to(wire));
-  a.works.push_back(replicate.all_reduce_coalesced(a.wire, comm::ReduceOp::Avg));
-  return a;
-}
-
-void OuterAverage::finish() {
-  for (size_t i = 0; i < wire.size(); ++i) grads[i].copy_(wire[i]);
-  if (tree)
-    for (at::Tensor& g : grads) g.div_(static_cast<double>(replicas));
-}
-
 comm::WorkPtr sum_across(comm::Comm& group, const at::Tensor& t) { return group.all_reduce(t, comm::ReduceOp::Sum); }
 
 ReplicaGather gather_across_replicas(comm::Comm& replicate, const at::Tensor& mine) {

@@ -117,23 +117,6 @@ struct WireAverage {
 WireAverage wire_average(comm::Comm& group, const at::Tensor& x, WireFormat format, int64_t block, bool exact = false,
                          bool tree = false);
 
-// ---- DiLoCo's outer step ---------------------------------------------------------
-
-// Averages outer gradients (fp32 shards, one per flat of a fragment) across the replicate group:
-// on the wire in `wire` (fp32: one coalesced all-reduce; bf16: a bf16 copy all-reduced, cast back
-// at finish). With `tree` (train.reproducible) every gradient is summed by Comm::all_reduce_tree in
-// fp32 (the fixed order) and divided by the replica count at finish (a power of two: exact).
-struct OuterAverage {
-  std::vector<comm::WorkPtr> works;
-  std::vector<at::Tensor> grads, wire;
-  int replicas = 1;
-  bool tree = false;
-  // After every work is done: grads hold the average.
-  void finish();
-};
-OuterAverage average_outer_gradients(comm::Comm& replicate, std::vector<at::Tensor> grads, at::ScalarType wire,
-                                     bool tree);
-
 // ---- scalars and checkpoints -----------------------------------------------------
 
 // Sums t in place over the group (the gradient norm's partial sums, the guard's error terms).

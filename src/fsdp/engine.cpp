@@ -142,7 +142,8 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
       flats.emplace_back();
       for (auto& fp : u->flats) flats.back().push_back(fp.get());
     }
-    m.outer = std::make_unique<OuterSync>(opts.replica_sync, flats, comms.replicate, device, opts.reproducible);
+    m.outer = std::make_unique<OuterSync>(opts.replica_sync, opts.compression, flats, comms.replicate, comms.shard,
+                                          device, opts.reproducible);
     if ((!comms.replicate || comms.replicate->size() == 1) && group_rank(comms.world) == 0)
       log::warn("parallel.replica_sync = \"diloco\" with one replica: nothing is averaged; the outer step applies "
                 "this replica's own change (a lookahead optimizer), not DiLoCo");
@@ -282,6 +283,8 @@ CommStats Engine::comm_stats() const {
   if (impl_->outer) {
     s.outer_steps = impl_->outer->outer_steps();
     s.fragment_syncs = impl_->outer->fragment_syncs();
+    s.outer_rel_error = impl_->outer->guard_rel_error();
+    s.outer_fallbacks = impl_->outer->fallbacks();
   }
   return s;
 }

@@ -44,7 +44,6 @@ at::ScalarType parse_dtype(const std::string& s) {
 const char* dtype_name(at::ScalarType t) { return comm::dtype_short_name(t); }
 
 static_assert(static_cast<int>(ReplicaSyncMode::DiLoCo) + 1 == static_cast<int>(choices::kReplicaSync.size()));
-static_assert(static_cast<int>(OuterDtype::Int4) + 1 == static_cast<int>(choices::kOuterDtypes.size()));
 
 ReplicaSyncMode parse_replica_sync(const std::string& s) {
   const int i = choices::index_of(choices::kReplicaSync, s);
@@ -53,13 +52,9 @@ ReplicaSyncMode parse_replica_sync(const std::string& s) {
   return static_cast<ReplicaSyncMode>(i);
 }
 
-OuterDtype parse_outer_dtype(const std::string& s) {
-  const int i = choices::index_of(choices::kOuterDtypes, s);
-  if (i < 0) throw UserError("unknown diloco.outer_dtype '" + s + "' (" + choices::joined(choices::kOuterDtypes) + ")");
-  return static_cast<OuterDtype>(i);
+int fragment_of_unit(int unit, int units, int fragments) {
+  return static_cast<int>(static_cast<int64_t>(unit) * fragments / units);
 }
-
-const char* to_string(OuterDtype d) { return choices::kOuterDtypes.at(static_cast<size_t>(d)); }
 
 bool is_hybrid(Strategy s) { return s == Strategy::HybridShard || s == Strategy::HybridShardZero2; }
 bool reshards_after_forward(Strategy s) { return s == Strategy::FullShard || s == Strategy::HybridShard; }
@@ -97,26 +92,19 @@ std::optional<OptionConflict> check_replica_sync(const EngineOptions& o) {
                           "quantizes the per-step gradient average across replicas, which parallel.replica_sync = "
                           "\"diloco\" does not run (nothing crosses between replicas between outer steps); "
                           "diloco.outer_dtype = \"int8\" quantizes the outer gradients instead"};
-  const std::string dtype = std::string("\"") + to_string(rs.outer_dtype) + "\"";
-  if (rs.outer_dtype == OuterDtype::Int8 || rs.outer_dtype == OuterDtype::Int4) {
-    // The int8 / int4 replica average is the 4-bit wire format's (issue 30, fsdp/quantize.h); until
-    // it is in this build the keys are refused rather than run in another format.
-    return OptionConflict{"diloco.outer_dtype",
-                          "is not available in this build yet (the quantized outer average comes with the int4 "
-                          "wire format); use \"fp32\" or \"bf16\"",
-                          dtype};
-  }
   if (rs.overlap_steps > 0 && rs.overlap_steps >= rs.inner_steps / rs.fragments)
     return OptionConflict{"diloco.overlap_steps",
                           "must be below diloco.inner_steps / diloco.fragments = " +
                               std::to_string(rs.inner_steps / rs.fragments) +
                               " (a fragment's average lands before the next fragment's sync)",
                           std::to_string(rs.overlap_steps)};
-  if (rs.outer_dtype == OuterDtype::Bf16 && o.reproducible)
+  if (rs.outer_dtype != WireFormat::Fp32 && o.reproducible)
+    // bf16 rounds on the wire; int8 / int4 quantize in blocks cut from each rank's shard, whose
+    // bounds move with the shard group's size: neither gives the same bits at another world size.
     return OptionConflict{"diloco.outer_dtype",
                           "rounds the outer gradients on the wire: train.reproducible sums them in fp32 in a fixed "
                           "tree (diloco.outer_dtype = \"fp32\")",
-                          dtype};
+                          "\"" + std::string(choices::kOuterDtypes.at(static_cast<size_t>(rs.outer_dtype))) + "\""};
   return std::nullopt;
 }
 

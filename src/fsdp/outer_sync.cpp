@@ -2,30 +2,33 @@
 #include "outer_sync.h"
 
 #include "collectives.h"
+#include <algorithm>
+
+#include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/optim/outer_sgd.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/log.h"
 
 namespace shardtrain::fsdp {
 
-OuterSync::OuterSync(const ReplicaSync& rs, const std::vector<std::vector<FlatParam*>>& flats_by_unit,
-                     comm::Comm* replicate, const c10::Device& comm_device, bool tree)
-    : rs_(rs), replicate_(replicate), comm_device_(comm_device), tree_(tree) {
+OuterSync::OuterSync(const ReplicaSync& rs, const Compression& c,
+                     const std::vector<std::vector<FlatParam*>>& flats_by_unit, comm::Comm* replicate,
+                     comm::Comm* shard, const c10::Device& comm_device, bool tree)
+    : rs_(rs), c_(c), fallback_(static_cast<size_t>(std::max(rs.fragments, 1)), false), replicate_(replicate),
+      shard_(shard), comm_device_(comm_device), tree_(tree) {
+  ST_CHECK(c.block >= 1, "diloco: the quantization block must be >= 1, got ", c.block);
   ST_CHECK(rs.inner_steps >= 1 && rs.fragments >= 1, "diloco: inner_steps and fragments must be >= 1");
   const int units = static_cast<int>(flats_by_unit.size());
   for (int u = 0; u < units; ++u)
     for (FlatParam* fp : flats_by_unit[u]) {
       PerFlat p;
       p.fp = fp;
-      p.fragment = fragment_of(u, units, rs.fragments);
+      p.fragment = fragment_of_unit(u, units, rs.fragments);
       // Every replica starts from the same masters (the init is the same at any world size).
       p.outer = fp->master().clone();
       p.momentum = at::zeros_like(fp->master());
       flats_.push_back(std::move(p));
     }
-}
-
-int OuterSync::fragment_of(int unit, int units, int fragments) {
-  return static_cast<int>(static_cast<int64_t>(unit) * fragments / units);
 }
 
 int64_t OuterSync::offset(int f) const { return static_cast<int64_t>(f) * rs_.inner_steps / rs_.fragments; }
@@ -45,7 +48,7 @@ std::vector<int> OuterSync::step(int64_t step, const std::function<void(comm::Wo
         for (size_t i = 0; i < flats_.size(); ++i)
           if (flats_[i].fragment == f) {
             p.flats.push_back(i);
-            p.avg.grads.push_back(restored_avg_[i]);
+            p.result.push_back(restored_avg_[i]);
             p.issued.push_back(restored_issued_[i]);
           }
         p.done = true;
@@ -77,6 +80,13 @@ std::vector<int> OuterSync::step(int64_t step, const std::function<void(comm::Wo
   return synced;
 }
 
+int64_t OuterSync::sync_index(int f, int64_t step) const {
+  const int64_t first = offset(f) > 0 ? offset(f) : rs_.inner_steps;
+  return (step - first) / rs_.inner_steps;
+}
+
+int OuterSync::fallbacks() const { return static_cast<int>(std::count(fallback_.begin(), fallback_.end(), true)); }
+
 int64_t OuterSync::fragment_syncs() const {
   int64_t n = 0;
   for (int f = 0; f < rs_.fragments; ++f) {
@@ -91,31 +101,66 @@ OuterSync::Pending OuterSync::issue(int f, int64_t step) {
   Pending p;
   p.fragment = f;
   p.due = step + rs_.overlap_steps;
-  std::vector<at::Tensor> grads;
+  const bool replicas = replicate_ && replicate_->size() > 1;
+  const WireFormat format = fallback_[f] ? WireFormat::Fp32 : rs_.outer_dtype;
+  // The guard: every guard_every-th sync of the fragment, while it still runs quantized (the
+  // planner's 1 / guard_every of the syncs, plan/traffic.cpp).
+  p.guard = replicas && is_quantized(format) && c_.guard_every > 0 && sync_index(f, step) % c_.guard_every == 0;
   for (size_t i = 0; i < flats_.size(); ++i) {
     PerFlat& pf = flats_[i];
     if (pf.fragment != f) continue;
     p.flats.push_back(i);
     // The outer gradient: how far this replica moved away from the outer copy.
     at::Tensor g = at::sub(pf.outer, pf.fp->master());
-    grads.push_back(g.device() == comm_device_ ? g : g.to(comm_device_));
+    if (g.device() != comm_device_) g = g.to(comm_device_);
+    if (replicas)
+      p.avgs.push_back(wire_average(*replicate_, g, format, c_.block, p.guard, tree_));
+    else
+      p.result.push_back(std::move(g));  // one replica: its own change is the average
     if (rs_.overlap_steps > 0) p.issued.push_back(pf.fp->master().clone());
   }
-  if (replicate_ && replicate_->size() > 1) {
-    const at::ScalarType wire = rs_.outer_dtype == OuterDtype::Bf16 ? at::kBFloat16 : at::kFloat;
-    p.avg = average_outer_gradients(*replicate_, std::move(grads), wire, tree_);
-  } else {
-    p.avg.grads = std::move(grads);
-    p.done = true;  // one replica: its own change is the average
-  }
+  p.done = !replicas;
   return p;
 }
 
 void OuterSync::complete(Pending& p, const std::function<void(comm::Work&)>& wait) {
   if (p.done) return;
-  for (auto& w : p.avg.works) wait(*w);
-  p.avg.finish();
-  p.avg.works.clear();
+  double err2 = 0, ref2 = 0;
+  const int S = shard_ ? shard_->size() : 1;
+  for (size_t k = 0; k < p.avgs.size(); ++k) {
+    WireAverage& a = p.avgs[k];
+    wait(*a.work);
+    if (a.exact_work) wait(*a.exact_work);
+    p.result.push_back(a.average());
+    if (p.guard) {
+      auto [e, r] = squared_error_and_reference(p.result.back(), a.exact_average());
+      // A flat whole on every rank of the shard group (the ignored group) counts once in the sum.
+      const double w = flats_[p.flats[k]].fp->shard_size() == 1 ? 1.0 / S : 1.0;
+      err2 += w * e;
+      ref2 += w * r;
+    }
+  }
+  if (p.guard) {
+    // The fragment's error over all of its shards: summed over the shard group, so every rank
+    // decides the same (the replicas hold the same averages already).
+    at::Tensor t = at::tensor({err2, ref2}, at::TensorOptions().dtype(at::kDouble)).to(comm_device_);
+    if (shard_ && shard_->size() > 1) wait(*sum_across(*shard_, t));
+    t = t.cpu();
+    const double rel = relative_error(t.data_ptr<double>()[0], t.data_ptr<double>()[1]);
+    guard_rel_error_ = rel;
+    ++guard_checks_;
+    if (rel > c_.guard_threshold) {
+      // This sync takes the exact average; the fragment runs in fp32 from now on.
+      for (size_t k = 0; k < p.avgs.size(); ++k) p.result[k] = p.avgs[k].exact_average();
+      fallback_[p.fragment] = true;
+      // One warning for the job: every rank decided the same.
+      if ((!shard_ || shard_->rank() == 0) && (!replicate_ || replicate_->rank() == 0))
+        log::warn(log::fmt("accuracy guard: the ", wire_format_name(rs_.outer_dtype), " outer average of diloco fragment ",
+                         p.fragment, " has relative error ", rel, " > fsdp.quant_guard_threshold = ",
+                         c_.guard_threshold, ": it runs in fp32 from now on"));
+    }
+  }
+  p.avgs.clear();
   p.done = true;
 }
 
@@ -125,7 +170,7 @@ void OuterSync::apply(const Pending& p) {
   const bool overlapped = !p.issued.empty();
   for (size_t k = 0; k < p.flats.size(); ++k) {
     PerFlat& pf = flats_[p.flats[k]];
-    const at::Tensor& avg = p.avg.grads[k];
+    const at::Tensor& avg = p.result[k];
     at::Tensor g = avg.device() == pf.outer.device() ? avg : avg.to(pf.outer.device());
     at::Tensor& master = pf.fp->write_master();  // the next forward re-gathers
     if (pf.outer.device().is_cpu()) {
@@ -151,7 +196,7 @@ void OuterSync::finish_in_flight(const std::function<void(comm::Work&)>& wait) {
 at::Tensor OuterSync::pending_average(size_t i) const {
   for (const Pending& p : pending_)
     for (size_t k = 0; k < p.flats.size(); ++k)
-      if (p.flats[k] == i) return p.avg.grads[k];
+      if (p.flats[k] == i) return p.result[k];
   return at::zeros_like(flats_.at(i).outer);
 }
 
@@ -175,7 +220,7 @@ void OuterSync::restore(bool saved, const std::vector<at::Tensor>& averages, con
 
 void OuterSync::wait_all() {
   for (Pending& p : pending_)
-    for (auto& w : p.avg.works) w->wait();
+    for (const WireAverage& a : p.avgs) a.wait();
 }
 
 }  // namespace shardtrain::fsdp

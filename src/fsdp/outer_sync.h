@@ -3,14 +3,20 @@
 // at the fragment's last sync) and the outer momentum, fp32, sharded exactly like the masters and
 // the optimizer state. The units are cut into `fragments` consecutive fragments; fragment f takes
 // its outer step after the inner steps s >= 1 with s = offset_f (mod H), offset_f = f * H / F:
-// the outer gradient (outer copy - master) is averaged across the replicate group
-// (collectives.h's average_outer_gradients), the outer SGD (optim/outer_sgd.h) moves the outer
+// the outer gradient (outer copy - master) is averaged across the replicate group, one
+// collectives.h wire_average per flat in diloco.outer_dtype's WireFormat, the outer SGD (optim/outer_sgd.h) moves the outer
 // copy and every replica's master restarts from it. With overlap_steps = tau > 0 the average is
 // issued after step s and applied after step s + tau (the inner steps meanwhile run on): the
 // outer copy takes the outer step, and the replica keeps the progress it made since the issue,
 // master = outer_new + (master_now - master_at_issue). The engine calls it after each inner step
 // (Engine::sync_replicas) with explicit communicators and its timed wait; nothing here knows the
 // engine's internals.
+// Quantized outer gradients (int8 / int4) have ZeRO++'s accuracy guard (fsdp.quant_guard_every,
+// fsdp.quant_guard_threshold): every guard_every-th sync of a fragment (its 0th, k-th, ...) also
+// computes the exact fp32 average; the relative error over the fragment (summed over the shard
+// group, so every rank decides the same) is recorded, and above the threshold the fragment
+// takes the exact average at that sync and runs in fp32 from then on (one warning). Like
+// ZeRO++'s, a fallback is not checkpointed: a resumed run starts quantized again.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -30,12 +36,11 @@ class OuterSync {
  public:
   // flats_by_unit: every unit's flats, in unit order (root first, the ignored group last);
   // replicate: the replicate group (nullptr or size 1: one replica, the outer step still runs on
-  // its own change); comm_device: where `replicate` reduces; tree: train.reproducible's fixed sums.
-  OuterSync(const ReplicaSync& rs, const std::vector<std::vector<FlatParam*>>& flats_by_unit, comm::Comm* replicate,
-            const c10::Device& comm_device, bool tree);
-
-  // The fragment of unit u of `units`: u * fragments / units (consecutive, as even as can be).
-  static int fragment_of(int unit, int units, int fragments);
+  // its own change); shard: the shard group (nullptr or size 1: none), over which the guard's
+  // error terms are summed; comm_device: where both reduce; tree: train.reproducible's fixed
+  // sums; c: the quantization block and the accuracy guard's settings.
+  OuterSync(const ReplicaSync& rs, const Compression& c, const std::vector<std::vector<FlatParam*>>& flats_by_unit,
+            comm::Comm* replicate, comm::Comm* shard, const c10::Device& comm_device, bool tree);
   int fragments() const { return rs_.fragments; }
   // The cycle offset of fragment f: f * inner_steps / fragments.
   int64_t offset(int f) const;
@@ -68,6 +73,11 @@ class OuterSync {
   // count, so a resumed run continues them.
   int64_t fragment_syncs() const;
   int64_t outer_steps() const { return last_step_ / rs_.inner_steps; }
+  // The accuracy guard: the last guard check's relative error (-1: none yet), the checks so
+  // far and the fragments fallen back to fp32.
+  double guard_rel_error() const { return guard_rel_error_; }
+  int64_t guard_checks() const { return guard_checks_; }
+  int fallbacks() const;
 
  private:
   struct PerFlat {
@@ -81,9 +91,13 @@ class OuterSync {
     int64_t due = 0;
     std::vector<size_t> flats;        // indices into flats_
     std::vector<at::Tensor> issued;   // tau > 0: each flat's master at the issue
-    OuterAverage avg;                 // avg.grads: the outer gradients, the average once done
+    std::vector<WireAverage> avgs;    // per flat, in flight (empty: one replica, or restored)
+    std::vector<at::Tensor> result;   // per flat: the average once done
+    bool guard = false;               // an accuracy-guard sync (avgs issued with `exact`)
     bool done = false;
   };
+  // Which sync of fragment f step is (0 = its first).
+  int64_t sync_index(int f, int64_t step) const;
   Pending issue(int f, int64_t step);
   void complete(Pending& p, const std::function<void(comm::Work&)>& wait);
   void apply(const Pending& p);
@@ -93,7 +107,12 @@ class OuterSync {
   std::vector<at::Tensor> restored_avg_, restored_issued_;
   ReplicaSync rs_;
   std::vector<PerFlat> flats_;
+  Compression c_;
+  std::vector<bool> fallback_;  // per fragment: fell back to fp32
+  double guard_rel_error_ = -1;
+  int64_t guard_checks_ = 0;
   comm::Comm* replicate_ = nullptr;
+  comm::Comm* shard_ = nullptr;
   c10::Device comm_device_;
   bool tree_ = false;
   int64_t last_step_ = 0;

@@ -105,7 +105,7 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   if (p.diloco) {
     p.outer = outer_sync_traffic(ps, p);
     PlanSettings every = ps;
-    every.diloco.enabled = false;
+    every.engine.replica_sync.mode = fsdp::ReplicaSyncMode::EveryStep;
     p.every_step_link = step_traffic(every, st, p, c.quantize_weights && qw_ok, c.quantize_grads && qg_ok,
                                      c.secondary_shards && hp_ok).volume.inter_host_link;
   }
@@ -114,7 +114,8 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
     in.step_flops = step_flops(ps, *meta, p.units, rc);
     StepEstimate& e = rc ? p.step_recompute : p.step_no_recompute;
     e = estimate_step(ps.step, in);
-    if (p.diloco) add_outer_sync(ps.step, p.outer.fragments, ps.diloco.inner_steps, ps.diloco.overlap_steps, &e);
+    if (p.diloco) add_outer_sync(ps.step, p.outer.fragments, static_cast<int>(ps.engine.replica_sync.inner_steps),
+                                static_cast<int>(ps.engine.replica_sync.overlap_steps), &e);
   }
   p.step = ps.engine.activation_checkpointing ? p.step_recompute : p.step_no_recompute;
   auto inter = [&](bool qw, bool qg, bool hp) { return step_traffic(ps, st, p, qw, qg, hp).volume.inter_host; };

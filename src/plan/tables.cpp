@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/plan/bytes.h"
 
 namespace shardtrain::plan {
@@ -152,14 +153,15 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   if (ps.engine.cpu_offload)
     os << "# fsdp.cpu_offload = true: parameter and gradient shards and the optimizer state live in host memory;"
           " the peaks below are device memory without them (not measured on a GPU yet)\n";
-  const DilocoSettings& dl = ps.diloco;
-  if (dl.enabled) {
+  const fsdp::ReplicaSync& dl = ps.engine.replica_sync;
+  if (dl.diloco()) {
     char b[640];
     std::snprintf(b, sizeof b,
                   "# parallel.replica_sync = diloco: the hybrid strategies' replicas exchange nothing for H = %d inner "
                   "steps, then average each of %d fragment%s of their shards in %s (overlapped with %d inner step%s) "
                   "for an outer SGD (lr %.3g, momentum %.3g%s); the other strategies sync every step\n",
-                  dl.inner_steps, dl.fragments, dl.fragments > 1 ? "s" : "", dl.outer_dtype.c_str(), dl.overlap_steps,
+                  static_cast<int>(dl.inner_steps), dl.fragments, dl.fragments > 1 ? "s" : "",
+                  fsdp::wire_format_name(dl.outer_dtype), static_cast<int>(dl.overlap_steps),
                   dl.overlap_steps == 1 ? "" : "s", dl.outer_lr, dl.outer_momentum,
                   dl.outer_momentum != 0 && dl.nesterov ? ", Nesterov" : "");
     os << b;
@@ -185,7 +187,7 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   row("params (fp32 shards)", [](const StrategyPlan& p) { return format_bytes(p.mem.params); });
   row("grads (fp32 shards)", [](const StrategyPlan& p) { return format_bytes(p.mem.grads); });
   row("optimizer state", [](const StrategyPlan& p) { return format_bytes(p.mem.optim); });
-  if (dl.enabled)
+  if (dl.diloco())
     row("outer copy + momentum", [](const StrategyPlan& p) { return p.diloco ? format_bytes(p.mem.outer) : std::string("-"); });
   row("unsharded params", [](const StrategyPlan& p) { return format_bytes(p.mem.unsharded); });
   row("unsharded grad buffers", [](const StrategyPlan& p) { return format_bytes(p.mem.grad_buffers); });
@@ -214,7 +216,7 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   row("  + quantize_grads", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_qgz); });
   row("  + secondary_shards", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_hpz); });
   row("  + all that apply", [&](const StrategyPlan& p) { return opt_bytes(p.inter_host_all); });
-  if (dl.enabled) {
+  if (dl.diloco()) {
     // DiLoCo's outer sync: a cycle's bytes per rank, what crosses the busiest host's link per
     // optimizer step (the cycle's / H) and its ratio to the same strategy syncing every step.
     row("replica sync", [](const StrategyPlan& p) { return std::string(p.diloco ? "diloco" : "every_step"); });
@@ -239,7 +241,7 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
   row("est. compute / step", [&](const StrategyPlan& p) { return ms(p.step.compute_s); });
   row("est. comm / step", [&](const StrategyPlan& p) { return ms(p.step.comm_s); });
   row("est. exposed comm", [&](const StrategyPlan& p) { return ms(p.step.exposed_s); });
-  if (dl.enabled) {
+  if (dl.diloco()) {
     row("  of it outer sync", [&](const StrategyPlan& p) { return p.diloco ? ms(p.step.outer_exposed_s) : std::string("-"); });
     row("est. inner step", [&](const StrategyPlan& p) { return ms(p.step.inner_step_s()); });
   }

@@ -125,7 +125,7 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
   double ar_outer = 0, link_outer = 0, cost_outer = 0;
   if (diloco) {
     const OuterSync o = outer_sync_traffic(ps, p);
-    const double H = std::max(1, ps.diloco.inner_steps);
+    const double H = static_cast<double>(std::max<int64_t>(1, ps.engine.replica_sync.inner_steps));
     ar_outer = o.bytes_per_cycle / H;
     link_outer = o.link_bytes_per_cycle / H;
     cost_outer = o.cost_per_cycle / H;
@@ -159,22 +159,24 @@ double outer_wire_bytes(int64_t n, fsdp::WireFormat f, int64_t block, int ranks,
   return wire + guard * (fsdp::wire_average_bytes_sent(n, f, block, ranks, true) - wire);
 }
 
-// Fragments are consecutive groups of units, unit u of U in fragment u * F / U (the engine's rule,
-// fsdp OuterSync::fragment_of); a fragment's average is one call over its flats' shards, counted
+// Fragments are consecutive groups of units (fsdp::fragment_of_unit, the engine's rule); a fragment's average is one call over its flats' shards, counted
 // per flat (packed vectors per flat, as the quantized replica average packs them).
 OuterSync outer_sync_traffic(const PlanSettings& ps, const StrategyPlan& p) {
   OuterSync out;
   const int U = static_cast<int>(p.units.size()), R = p.replicate_size;
-  const int F = ps.diloco.fragments;
+  const int F = ps.engine.replica_sync.fragments;
   ST_USER_CHECK(F >= 1 && F <= U, "diloco.fragments = ", F, ": ", fsdp::to_string(p.strategy), " has ", U,
                 " units to cut into fragments (at most one fragment per unit)");
-  const fsdp::WireFormat wire = fsdp::parse_wire_format(ps.diloco.outer_dtype);
+  const fsdp::WireFormat wire = ps.engine.replica_sync.outer_dtype;
   const bool quantized = fsdp::is_quantized(wire);
   const double guard = quantized && ps.engine.compression.guard_every > 0 ? 1.0 / ps.engine.compression.guard_every : 0.0;
   const int er = ring_edges_leaving_busiest_host(ps.ranks, ps.ranks_per_host, p.shard_size, false);
   const double w = std::max(1.0, link_weight(ps, er));
-  // Fragment f's first unit: the smallest u with u * F / U >= f, i.e. ceil(f * U / F).
-  for (int f = 0; f <= F; ++f) out.first_unit.push_back(static_cast<int>((static_cast<int64_t>(f) * U + F - 1) / F));
+  // Fragment f's first unit (first_unit[F] = U): fragments are consecutive and none is empty (F <= U).
+  for (int u = 0, f = 0; f <= F; ++f) {
+    while (u < U && fsdp::fragment_of_unit(u, U, F) < f) ++u;
+    out.first_unit.push_back(u);
+  }
   for (int f = 0; f < F; ++f) {
     double bytes = 0;
     for (int u = out.first_unit[f]; u < out.first_unit[f + 1]; ++u)

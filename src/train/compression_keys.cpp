@@ -6,6 +6,7 @@
 
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/fsdp/options.h"
+#include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 
@@ -20,7 +21,7 @@ fsdp::ReplicaSync replica_sync_from_deck(const deck::Deck& d) {
   rs.nesterov = d.get_bool("diloco.nesterov");
   rs.fragments = static_cast<int>(d.get_int("diloco.fragments"));
   rs.overlap_steps = d.get_int("diloco.overlap_steps");
-  rs.outer_dtype = fsdp::parse_outer_dtype(d.get_string("diloco.outer_dtype"));
+  rs.outer_dtype = fsdp::parse_wire_format(d.get_string("diloco.outer_dtype"));
   return rs;
 }
 

@@ -98,6 +98,10 @@ std::string MetricsLog::format_step(const StepRecord& r) {
   if (r.diloco) {
     j["outer_steps"] = r.outer_steps;
     j["fragment_syncs"] = r.fragment_syncs;
+    if (r.outer_quant_err >= 0) {
+      j["outer_quant_err"] = r.outer_quant_err;
+      j["outer_fallbacks"] = r.outer_fallbacks;
+    }
   }
   if (dev) j["peak_device_bytes"] = r.peak_device_bytes;
   if (r.mfu_matmul > 0) j["mfu_matmul"] = r.mfu_matmul;

@@ -11,6 +11,7 @@ plan::PlanSettings plan_settings_from_deck(const deck::Deck& d, int ranks, int r
   plan::PlanSettings ps;
   ps.spec = model_spec_from_deck(d);
   std::shared_ptr<model::Model> m = model::build_model(ps.spec, at::kMeta);
+  // The engine's options, [diloco] included (engine.replica_sync): the keys read once.
   ps.engine = engine_options_from_deck(d, *m, strategy_from_deck(d));
   ps.optimizer = d.get_string("optimizer.name");
   ps.sgd_momentum = d.get_float("optimizer.momentum");
@@ -21,14 +22,6 @@ plan::PlanSettings plan_settings_from_deck(const deck::Deck& d, int ranks, int r
   const BatchPlan bp = plan_batches(d, ranks);
   ps.micro_batch = bp.micro_batch;
   ps.grad_accum = bp.grad_accum;
-  ps.diloco.enabled = d.get_string("parallel.replica_sync") == "diloco";
-  ps.diloco.inner_steps = static_cast<int>(d.get_int("diloco.inner_steps"));
-  ps.diloco.outer_lr = d.get_float("diloco.outer_lr");
-  ps.diloco.outer_momentum = d.get_float("diloco.outer_momentum");
-  ps.diloco.nesterov = d.get_bool("diloco.nesterov");
-  ps.diloco.fragments = static_cast<int>(d.get_int("diloco.fragments"));
-  ps.diloco.overlap_steps = static_cast<int>(d.get_int("diloco.overlap_steps"));
-  ps.diloco.outer_dtype = d.get_string("diloco.outer_dtype");
   return ps;
 }
 

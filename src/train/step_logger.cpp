@@ -72,6 +72,8 @@ void StepLogger::after_step(int64_t step, int64_t tokens_seen, const StepResult&
   r.diloco = engine_.options().replica_sync.diloco();
   r.outer_steps = cs.outer_steps;
   r.fragment_syncs = cs.fragment_syncs;
+  r.outer_quant_err = cs.outer_rel_error;
+  r.outer_fallbacks = cs.outer_fallbacks;
   log_.log_step(r);
   window_s_ = window_comm_ = 0;
   window_steps_ = 0;

@@ -625,13 +625,13 @@ TEST(MemoryPlan, DilocoOuterStateAndBytesPerStep) {
   ASSERT_EQ(every.comm.inter_host, 81472);
   ASSERT_EQ(every.comm.inter_host_link, 162944);
 
-  ps.diloco.enabled = true;
-  ps.diloco.inner_steps = 100;
+  ps.engine.replica_sync.mode = fsdp::ReplicaSyncMode::DiLoCo;
+  ps.engine.replica_sync.inner_steps = 100;
   for (fsdp::Strategy st : {fsdp::Strategy::HybridShard, fsdp::Strategy::HybridShardZero2}) {
     const StrategyPlan d = plan::plan_strategy(ps, st);
     const StrategyPlan e = [&] {
       PlanSettings q = ps;
-      q.diloco.enabled = false;
+      q.engine.replica_sync.mode = fsdp::ReplicaSyncMode::EveryStep;
       return plan::plan_strategy(q, st);
     }();
     ASSERT_TRUE(d.diloco) << fsdp::to_string(st);
@@ -663,7 +663,7 @@ TEST(MemoryPlan, DilocoOuterStateAndBytesPerStep) {
   // to 4, plus 4 bytes per 64 values. Root n = 1,312: 656 + 4 x 21 = 740; block n = 6,352:
   // 3,176 + 4 x 100 = 3,576. A cycle: 740 + 3 x 3,576 = 11,468 bytes per rank; 114.68 per step,
   // 229.36 over host 0's link: 1/710 of every_step's 162,944 (the goal: at most 1/300).
-  ps.diloco.outer_dtype = "int4";
+  ps.engine.replica_sync.outer_dtype = fsdp::parse_wire_format("int4");
   const StrategyPlan q = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
   EXPECT_DOUBLE_EQ(q.outer.bytes_per_cycle, 11468.0);
   EXPECT_EQ(q.comm.inter_host, 114);
@@ -671,9 +671,9 @@ TEST(MemoryPlan, DilocoOuterStateAndBytesPerStep) {
   EXPECT_LT(300.0 * q.comm.inter_host_link, static_cast<double>(q.every_step_link));
   EXPECT_EQ(q.mem.outer, 162944);  // the outer state is fp32 whatever the wire format
   // bf16: half of fp32's all-reduce; int8: n codes padded to 4 + the scales (1,312 + 84, 6,352 + 400).
-  ps.diloco.outer_dtype = "bf16";
+  ps.engine.replica_sync.outer_dtype = fsdp::parse_wire_format("bf16");
   EXPECT_DOUBLE_EQ(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).outer.bytes_per_cycle, 40736.0);
-  ps.diloco.outer_dtype = "int8";
+  ps.engine.replica_sync.outer_dtype = fsdp::parse_wire_format("int8");
   EXPECT_DOUBLE_EQ(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).outer.bytes_per_cycle, 1396.0 + 3 * 6752.0);
   // The accuracy guard of a quantized format adds the exact fp32 average at 1 sync in k.
   ps.engine.compression.guard_every = 4;
@@ -682,8 +682,8 @@ TEST(MemoryPlan, DilocoOuterStateAndBytesPerStep) {
   ps.engine.compression.guard_every = 0;
 
   // The engine keeps the momentum buffer even without outer momentum.
-  ps.diloco.outer_dtype = "fp32";
-  ps.diloco.outer_momentum = 0;
+  ps.engine.replica_sync.outer_dtype = fsdp::parse_wire_format("fp32");
+  ps.engine.replica_sync.outer_momentum = 0;
   EXPECT_EQ(plan::plan_strategy(ps, fsdp::Strategy::HybridShard).mem.outer, 8 * L);
 }
 
@@ -691,11 +691,11 @@ TEST(MemoryPlan, DilocoOuterStateAndBytesPerStep) {
 // cycle as one sync of the whole model; more fragments than units is refused naming the key.
 TEST(MemoryPlan, DilocoFragmentsCutTheUnits) {
   PlanSettings ps = gpt2(4, 2);
-  ps.diloco.enabled = true;
-  ps.diloco.inner_steps = 100;
+  ps.engine.replica_sync.mode = fsdp::ReplicaSyncMode::DiLoCo;
+  ps.engine.replica_sync.inner_steps = 100;
   const StrategyPlan one = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
   ASSERT_EQ(one.outer.fragments.size(), 1u);
-  ps.diloco.fragments = 2;
+  ps.engine.replica_sync.fragments = 2;
   const StrategyPlan two = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
   ASSERT_EQ(two.outer.fragments.size(), 2u);
   EXPECT_EQ(two.outer.first_unit, (std::vector<int>{0, 2, 4}));  // root + block 0, blocks 1 and 2
@@ -705,11 +705,11 @@ TEST(MemoryPlan, DilocoFragmentsCutTheUnits) {
   EXPECT_DOUBLE_EQ(two.outer.bytes_per_cycle, one.outer.bytes_per_cycle);
   EXPECT_EQ(two.comm.inter_host_link, one.comm.inter_host_link);
   // Unit u of U in fragment u * F / U: 4 units in 3 fragments {0, 1}, {2}, {3}.
-  ps.diloco.fragments = 3;
+  ps.engine.replica_sync.fragments = 3;
   const StrategyPlan three = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
   EXPECT_EQ(three.outer.first_unit, (std::vector<int>{0, 2, 3, 4}));
   EXPECT_DOUBLE_EQ(three.outer.bytes_per_cycle, one.outer.bytes_per_cycle);
-  ps.diloco.fragments = 5;  // 4 units
+  ps.engine.replica_sync.fragments = 5;  // 4 units
   try {
     plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
     ADD_FAILURE() << "5 fragments of 4 units were not refused";
@@ -723,8 +723,8 @@ TEST(MemoryPlan, DilocoFragmentsCutTheUnits) {
 TEST(StepTime, DilocoAmortisesTheOuterSyncOverH) {
   PlanSettings ps = timed(8);  // 10 GB/s inside a host, no latency; the replica rings: 2 edges, W_2 = 16
   const StrategyPlan every = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
-  ps.diloco.enabled = true;
-  ps.diloco.inner_steps = 100;
+  ps.engine.replica_sync.mode = fsdp::ReplicaSyncMode::DiLoCo;
+  ps.engine.replica_sync.inner_steps = 100;
   const StrategyPlan d = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
   // The cycle's sync: 81,472 bytes x 16 / 1e10 B/s = 130.3552 us; 1.303552 us per step.
   const double sync = 81472.0 * 16 / 1e10;
@@ -739,7 +739,7 @@ TEST(StepTime, DilocoAmortisesTheOuterSyncOverH) {
   EXPECT_NEAR(d.step.step_s(), d.step.inner_step_s() + sync / 100, 1e-12);
   // Overlapped with one inner step, whose compute is longer than the sync: nothing exposed.
   ASSERT_GT(d.step.compute_s, sync);
-  ps.diloco.overlap_steps = 1;
+  ps.engine.replica_sync.overlap_steps = 1;
   const StrategyPlan o = plan::plan_strategy(ps, fsdp::Strategy::HybridShard);
   EXPECT_NEAR(o.step.outer_comm_s, sync / 100, 1e-12);
   EXPECT_EQ(o.step.outer_exposed_s, 0.0);
@@ -759,12 +759,12 @@ TEST(DeckSetup, DilocoKeysReachThePlanner) {
                                        "diloco.outer_dtype=int4", "diloco.outer_lr=0.5", "diloco.outer_momentum=0.8",
                                        "diloco.nesterov=false"});
   const PlanSettings ps = train::plan_settings_from_deck(d, 4, 2);
-  EXPECT_FALSE(ps.diloco.enabled);  // replica_sync = every_step
-  EXPECT_EQ(ps.diloco.inner_steps, 50);
-  EXPECT_EQ(ps.diloco.fragments, 2);
-  EXPECT_EQ(ps.diloco.overlap_steps, 3);
-  EXPECT_EQ(ps.diloco.outer_dtype, "int4");
-  EXPECT_DOUBLE_EQ(ps.diloco.outer_lr, 0.5);
-  EXPECT_DOUBLE_EQ(ps.diloco.outer_momentum, 0.8);
-  EXPECT_FALSE(ps.diloco.nesterov);
+  EXPECT_FALSE(ps.engine.replica_sync.diloco());  // replica_sync = every_step
+  EXPECT_EQ(ps.engine.replica_sync.inner_steps, 50);
+  EXPECT_EQ(ps.engine.replica_sync.fragments, 2);
+  EXPECT_EQ(ps.engine.replica_sync.overlap_steps, 3);
+  EXPECT_EQ(ps.engine.replica_sync.outer_dtype, fsdp::WireFormat::Int4);
+  EXPECT_DOUBLE_EQ(ps.engine.replica_sync.outer_lr, 0.5);
+  EXPECT_DOUBLE_EQ(ps.engine.replica_sync.outer_momentum, 0.8);
+  EXPECT_FALSE(ps.engine.replica_sync.nesterov);
 }

@@ -80,6 +80,10 @@ struct CommStats {
   // 0's, one per cycle) and fragment syncs (each fragment's outer step counts once).
   int64_t outer_steps = 0;
   int64_t fragment_syncs = 0;
+  // DiLoCo's int8 / int4 outer average under the accuracy guard: the last guard check's relative
+  // error (-1: none yet) and the fragments fallen back to fp32.
+  double outer_rel_error = -1;
+  int outer_fallbacks = 0;
 };
 
 class Engine {

@@ -54,7 +54,11 @@ struct Compression {
 // gradient of a fragment (its shard at the last sync minus now) is averaged across replicas and
 // applied by an outer SGD with (Nesterov) momentum to the outer copy, which every replica takes.
 enum class ReplicaSyncMode { EveryStep, DiLoCo };  // choices::kReplicaSync's order
-enum class OuterDtype { Fp32, Bf16, Int8, Int4 };   // choices::kOuterDtypes' order
+// How an fp32 vector travels when it is averaged over a group (collectives.h wire_average;
+// diloco.outer_dtype), in the order of choices::kOuterDtypes: fp32 and bf16 are all-reduced in
+// that dtype; int8 and int4 are block-packed (quantize.h) and all-gathered, every rank summing
+// the dequantized vectors in rank order. Names: quantize.h parse_wire_format / wire_format_name.
+enum class WireFormat { Fp32, Bf16, Int8, Int4 };
 struct ReplicaSync {
   ReplicaSyncMode mode = ReplicaSyncMode::EveryStep;
   int64_t inner_steps = 100;    // H
@@ -63,12 +67,13 @@ struct ReplicaSync {
   bool nesterov = true;
   int fragments = 1;            // consecutive groups of units, each synced at its own offset
   int64_t overlap_steps = 0;    // tau: inner steps between issuing a fragment's average and applying it
-  OuterDtype outer_dtype = OuterDtype::Fp32;
+  WireFormat outer_dtype = WireFormat::Fp32;
   bool diloco() const { return mode == ReplicaSyncMode::DiLoCo; }
 };
+// The fragment of unit u of `units` cut into `fragments` consecutive fragments, as even as can
+// be: u * fragments / units. The one statement of the rule: OuterSync and the planner use it.
+int fragment_of_unit(int unit, int units, int fragments);
 ReplicaSyncMode parse_replica_sync(const std::string& s);  // UserError naming parallel.replica_sync otherwise
-OuterDtype parse_outer_dtype(const std::string& s);        // UserError naming diloco.outer_dtype otherwise
-const char* to_string(OuterDtype d);
 
 struct EngineOptions {
   Strategy strategy = Strategy::FullShard;

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "shardtrain/fsdp/options.h"
 #include <utility>
 
 namespace shardtrain::fsdp {
@@ -48,11 +50,7 @@ at::Tensor as_bytes(const at::Tensor& t, int64_t byte_offset, int64_t nbytes);
 
 // ---- wire formats of a group average (DiLoCo's outer gradients) ---------------------------
 
-// How an fp32 vector travels when it is averaged over a group (collectives.h wire_average), in
-// the order of choices::kOuterDtypes (diloco.outer_dtype): fp32 and bf16 are all-reduced in
-// that dtype; int8 and int4 are packed as above and all-gathered, every rank summing the
-// dequantized vectors in rank order.
-enum class WireFormat { Fp32, Bf16, Int8, Int4 };
+// WireFormat (options.h): how DiLoCo's outer gradients travel (diloco.outer_dtype).
 WireFormat parse_wire_format(const std::string& name);  // a kOuterDtypes name; UserError otherwise
 const char* wire_format_name(WireFormat f);
 bool is_quantized(WireFormat f);

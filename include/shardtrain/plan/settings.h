@@ -12,27 +12,13 @@
 
 namespace shardtrain::plan {
 
-// parallel.replica_sync and the [diloco] section: how the replicas of the hybrid strategies stay
-// in step. every_step (enabled = false): the gradient shards are averaged across replicas every
-// optimizer step. DiLoCo: nothing crosses between replicas for inner_steps (H) steps; then the
-// change of each replica's shard is averaged (in fragments, each at its own offset of the cycle,
-// in flight for overlap_steps inner steps) in outer_dtype's wire format and applied by an outer
-// SGD to an fp32 outer copy, with momentum, both sharded like the optimizer state.
-struct DilocoSettings {
-  bool enabled = false;             // parallel.replica_sync = "diloco"
-  int inner_steps = 100;            // H
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;
-  bool nesterov = true;
-  int fragments = 1;                // F: unit u of U in fragment u * F / U (the engine's OuterSync::fragment_of)
-  int overlap_steps = 0;            // tau: inner steps a fragment's sync runs behind
-  std::string outer_dtype = "fp32";  // fp32 | bf16 | int8 | int4 (choices::kOuterDtypes)
-};
-
 // Everything the plan depends on besides the strategy.
 struct PlanSettings {
   model::ModelSpec spec;            // resolved (model::resolve_spec)
-  fsdp::EngineOptions engine;       // wrap policy, mixed precision, prefetch, recomputation
+  // Wrap policy, mixed precision, prefetch, recomputation, compression, and the hybrid strategies'
+  // replica sync (engine.replica_sync: parallel.replica_sync and the [diloco] section; default
+  // every step): the engine's own options, one source for the engine and the plan.
+  fsdp::EngineOptions engine;
   std::string optimizer = "adamw";  // adamw: 2 fp32 states; sgd: 1 with momentum, else 0
   double sgd_momentum = 0.9;
   int64_t micro_batch = 1;          // samples per rank per forward
@@ -47,14 +33,13 @@ struct PlanSettings {
   std::vector<double> shared_link_weights;
   int threads = 1;                  // intra-op threads per rank (bf16/fp16 GEMM workspace is per thread)
   StepTimeSettings step;            // compute rate, bandwidth, latency, cores: the step-time estimate's inputs
-  DilocoSettings diloco;            // the hybrid strategies' replica sync (default: every step)
 };
 
 // Whether strategy st, with shard groups of shard_size ranks, runs DiLoCo under ps: the deck asks
 // for it, the strategy is a hybrid one (its replicas are the shard groups) and there is more
 // than one replica. Every other strategy, and a hybrid on one replica, syncs every step.
 inline bool runs_diloco(const PlanSettings& ps, fsdp::Strategy st, int shard_size) {
-  return ps.diloco.enabled && fsdp::is_hybrid(st) && shard_size > 0 && ps.ranks / shard_size > 1;
+  return ps.engine.replica_sync.diloco() && fsdp::is_hybrid(st) && shard_size > 0 && ps.ranks / shard_size > 1;
 }
 
 }  // namespace shardtrain::plan

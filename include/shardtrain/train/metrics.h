@@ -39,6 +39,8 @@ struct StepRecord {
   // so far (fsdp::CommStats).
   bool diloco = false;
   int64_t outer_steps = 0, fragment_syncs = 0;
+  double outer_quant_err = -1;  // DiLoCo int8 / int4: the last guard check's relative error (-1: none)
+  int outer_fallbacks = 0;      // fragments whose outer average fell back to fp32
 };
 
 struct EvalRecord {

@@ -9,6 +9,9 @@
 #      on the other steps;
 #   D: train.reproducible: the same bits with 2 replicas of 2 ranks and of 1 rank;
 #   F: overlapped outer steps (diloco.overlap_steps): a resume with an average in flight is exact;
+#   G: int8 / int4 outer gradients train, send 0.254x / 0.129x fp32's bytes between nodes per sync,
+#      a tiny fsdp.quant_guard_threshold falls back to fp32 with one warning, an int4 resume mid-cycle
+#      is exact;
 #   E: the combinations the engine does not run exit 2 naming the key, before any record.
 source "$(dirname "$0")/lib.sh"
 make_dataset
@@ -112,6 +115,45 @@ diff <(field "$T/F0/metrics.jsonl" loss | sed -n 1,3p) <(field "$T/F1/metrics.js
 [ "$(field "$T/F0/metrics.jsonl" loss | sed -n 6p)" != "$(field "$T/F1/metrics.jsonl" loss | sed -n 6p)" ] ||
   fail "F: tau = 2 and tau = 0 give the same loss at step 6"
 
+note "G: int8 / int4 outer gradients (H = 4): train, fewer bytes between nodes per sync, the guard, exact int4 resume"
+G=("${HY[@]}" "${DL[@]}" --set diloco.inner_steps=4)
+train_ok $NP "$T/G32" "${G[@]}"
+train_ok $NP "$T/G8" "${G[@]}" --set diloco.outer_dtype=int8
+train_ok $NP "$T/G4" "${G[@]}" --set diloco.outer_dtype=int4
+for r in G8 G4; do
+  field "$T/$r/metrics.jsonl" loss | awk -v r=$r 'NR == 1 { first = $1 } { if ($1 != $1 + 0 || $1 ~ /nan|inf/) bad = 1; last = $1 }
+    END { if (bad || !(last < first)) { print r ": losses not finite or not falling: " first " -> " last; exit 1 } }' ||
+    fail "$r did not train"
+  # The first sync of a fragment is a guard sync (fsdp.quant_guard_every = 50: syncs 0, 50, ...).
+  grep -q '"outer_quant_err":' "$T/$r/metrics.jsonl" || fail "$r: no outer_quant_err in metrics.jsonl"
+  grep -q '"outer_fallbacks":0' "$T/$r/metrics.jsonl" || fail "$r: the guard fell back at the default threshold"
+done
+# Bytes between nodes at the second sync (step 8: no guard), per the wire format: 2 replicas, so an
+# fp32 ring all-reduce sends 4n per rank, an int8 all-gather n + 4 n / 256 (block 256's scales),
+# int4 n / 2 + 4 n / 256, plus each flat's padding to 4 bytes.
+b32=$(grep '"step":8,' "$T/G32/metrics.jsonl" | grep '"loss"' | sed 's/.*"inter_node_bytes":\([0-9.e+]*\).*/\1/')
+b8=$(grep '"step":8,' "$T/G8/metrics.jsonl" | grep '"loss"' | sed 's/.*"inter_node_bytes":\([0-9.e+]*\).*/\1/')
+b4=$(grep '"step":8,' "$T/G4/metrics.jsonl" | grep '"loss"' | sed 's/.*"inter_node_bytes":\([0-9.e+]*\).*/\1/')
+awk -v a="$b32" -v b="$b8" -v c="$b4" 'BEGIN {
+  printf "G: inter-node bytes at a sync: fp32 %s, int8 %s (%.4fx), int4 %s (%.4fx)\n", a, b, b / a, c, c / a
+  exit !(a > 0 && b / a > 0.2539 && b / a < 0.256 && c / a > 0.1289 && c / a < 0.131) }' ||
+  fail "G: int8 / int4 bytes per sync not 0.254x / 0.129x fp32's ($b8, $b4 vs $b32)"
+# A tiny threshold: the first guard sync falls back (one warning), later syncs run in fp32.
+train_ok $NP "$T/Gf" "${G[@]}" --set diloco.outer_dtype=int8 --set fsdp.quant_guard_threshold=1e-9
+[ "$(grep -c 'accuracy guard: the int8 outer average of diloco fragment 0' "$T/Gf.log")" = 1 ] ||
+  fail "Gf: expected one fallback warning: $(grep 'accuracy guard' "$T/Gf.log")"
+grep -q '"outer_fallbacks":1' "$T/Gf/metrics.jsonl" || fail "Gf: no outer_fallbacks 1 in metrics.jsonl"
+bf=$(grep '"step":8,' "$T/Gf/metrics.jsonl" | grep '"loss"' | sed 's/.*"inter_node_bytes":\([0-9.e+]*\).*/\1/')
+[ "$bf" = "$b32" ] || fail "Gf: after the fallback a sync sent $bf bytes between nodes, fp32 sends $b32"
+# int4, split mid-cycle at step 6 and resumed: the same bits.
+train_ok $NP "$T/G4r" "${G[@]}" --set diloco.outer_dtype=int4 --set train.max_steps=6
+train_ok $NP "$T/G4r" "${G[@]}" --set diloco.outer_dtype=int4
+grep -q "# resumed from $(ckpt_file "$T/G4r" 6): step 6," "$T/G4r.log" || fail "G4r did not resume from step 6"
+step_table "$T/G4/metrics.jsonl" > "$T/G4.steps"
+step_table "$T/G4r/metrics.jsonl" > "$T/G4r.steps"
+diff "$T/G4.steps" "$T/G4r.steps" || fail "G: the resumed int4 run's steps differ"
+same_params "$(ckpt_file "$T/G4" 12)" "$(ckpt_file "$T/G4r" 12)"
+
 note "E: combinations the engine does not run exit 2 naming the key"
 refused() {  # KEY OUT -- --set ...
   local key=$1 out=$2; shift 2
@@ -125,6 +167,7 @@ refused fsdp.quantize_grads "$T/E2" "${HY[@]}" "${DL[@]}" --set fsdp.quantize_gr
 refused diloco.fragments "$T/E3" "${HY[@]}" "${DL[@]}" --set diloco.fragments=4
 refused diloco.overlap_steps "$T/E4" "${HY[@]}" "${DL[@]}" --set diloco.inner_steps=4 --set diloco.fragments=2 \
   --set diloco.overlap_steps=2
+refused diloco.outer_dtype "$T/E5" "${HY[@]}" "${DL[@]}" --set diloco.outer_dtype=int4 --set train.reproducible=true
 grep -q 'parallel.replica_sync = "diloco"' "$T/E1.log" || fail "E1: the error does not show the value"
 
-note "OK: diloco H=1 == hybrid_shard; exact mid-cycle resume; fragments once per cycle; reproducible; refusals"
+note "OK: diloco H=1 == hybrid_shard; exact mid-cycle resume; fragments once per cycle; reproducible; int8/int4 with the guard; refusals"
