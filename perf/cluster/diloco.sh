@@ -89,24 +89,7 @@ trap '"$CL/cluster.sh" stop >/dev/null 2>&1 || true' EXIT
 trap 'exit 1' INT TERM
 "$CL/cluster.sh" start 2
 
-link_bytes() {  # what each node sent: the root side's rx of its veth
-  local i
-  for i in 1 2; do echo -n "$(cat /sys/class/net/stv-"$SHARDTRAIN_CLUSTER"-n$i/statistics/rx_bytes) "; done
-  echo
-}
-run() {  # STEPS DIR SETS...: prints the counter deltas "node1 node2"
-  local steps=$1 dir=$2 before after a
-  shift 2
-  local sets=()
-  for a in "$@"; do sets+=(--set "$a"); done
-  rm -rf "$dir"
-  before=$(link_bytes)
-  "$CL/mpirun-cluster" -np 4 "$ST" train "$DECK" "${sets[@]}" --set train.max_steps="$steps" --set log.every=1 \
-    --set run.out_dir="$dir" > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; echo "run $dir failed" >&2; exit 1; }
-  after=$(link_bytes)
-  paste -d' ' <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after") | awk 'NF == 2 { printf "%d ", $2 - $1 } END { print "" }'
-}
-median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+source "$HERE/lib.sh"
 timed() {  # METRICS: "step_ms tokens_per_s inter_node_bytes" of the steps after W
   /usr/bin/python3 - "$1" "$W" <<'PY'
 import json, sys
@@ -135,8 +118,8 @@ for rate in $RATES; do
     k=$K
     if ((h > 0)); then k=$(((K + h - 1) / h * h)); fi  # whole cycles
     tag=$(tr -c 'a-zA-Z0-9\n' '_' <<<"$label")
-    a=$(run "$W" "$OUT/dlc-$rate-$tag-short" "${sets[@]}")
-    b=$(run $((W + k)) "$OUT/dlc-$rate-$tag" "${sets[@]}")
+    a=$(counted_run "$W" "$OUT/dlc-$rate-$tag-short" "${sets[@]}" log.every=1)
+    b=$(counted_run $((W + k)) "$OUT/dlc-$rate-$tag" "${sets[@]}" log.every=1)
     per=$(paste -d' ' <(tr ' ' '\n' <<<"$a") <(tr ' ' '\n' <<<"$b") | awk -v k="$k" 'NF == 2 { printf "%.0f\t", ($2 - $1) / k }')
     m=$OUT/dlc-$rate-$tag/metrics.jsonl
     stats=$(timed "$m" | awk '{ ms += $1; tok += $2 * $1 / 1e3; inter += $3; n++ }

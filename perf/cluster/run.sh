@@ -78,7 +78,7 @@ run() { # STRATEGY STEPS DIR: prints the counter deltas "tx1 rx1 tx2 rx2"
   after=$(link_bytes)
   paste -d' ' <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after") | awk 'NF == 2 { printf "%d ", $2 - $1 } END { print "" }'
 }
-median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+source "$HERE/lib.sh"  # median
 
 # The planner, for 4 ranks, 2 per host; the link's weight for the recommendation:
 # one inter-host byte costs W intra-host bytes, W = (intra-host bandwidth) / (link bandwidth).

@@ -51,24 +51,7 @@ CONFIGS=(
   "hybrid_shard + qwZ + qgZ|parallel.strategy=hybrid_shard fsdp.quantize_weights=true fsdp.quantize_grads=true"
 )
 
-link_bytes() {  # what each node sent: the root side's rx of its veth
-  local i
-  for i in 1 2; do echo -n "$(cat /sys/class/net/stv-$SHARDTRAIN_CLUSTER-n$i/statistics/rx_bytes) "; done
-  echo
-}
-run() {  # STEPS DIR SETS...: prints the counter deltas "node1 node2"
-  local steps=$1 dir=$2 before after a
-  shift 2
-  local sets=()
-  for a in "$@"; do sets+=(--set "$a"); done
-  rm -rf "$dir"
-  before=$(link_bytes)
-  "$CL/mpirun-cluster" -np 4 "$ST" train "$DECK" "${sets[@]}" --set train.max_steps="$steps" \
-    --set run.out_dir="$dir" > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; echo "run $dir failed" >&2; exit 1; }
-  after=$(link_bytes)
-  paste -d' ' <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after") | awk 'NF == 2 { printf "%d ", $2 - $1 } END { print "" }'
-}
-median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+source "$HERE/lib.sh"
 field() {  # METRICS KEY: the key's values of the steps after W
   sed -n 's/.*"step":\([0-9]*\).*/\1 &/p' "$1" | awk -v w="$W" '$1 > w' | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p"
 }
@@ -81,8 +64,8 @@ for rate in $RATES; do
     [[ -n $ONLY && $label != "$ONLY" && $label != full_shard && $label != hybrid_shard ]] && continue
     read -r -a sets <<<"${c#*|}"
     tag=$(tr -c 'a-z0-9\n' '_' <<<"$label")
-    a=$(run "$W" "$OUT/zpp-$rate-$tag-short" "${sets[@]}")
-    b=$(run $((W + K)) "$OUT/zpp-$rate-$tag" "${sets[@]}")
+    a=$(counted_run "$W" "$OUT/zpp-$rate-$tag-short" "${sets[@]}")
+    b=$(counted_run $((W + K)) "$OUT/zpp-$rate-$tag" "${sets[@]}")
     per=$(paste -d' ' <(tr ' ' '\n' <<<"$a") <(tr ' ' '\n' <<<"$b") | awk -v k="$K" 'NF == 2 { printf "%.0f\t", ($2 - $1) / k }')
     m=$OUT/zpp-$rate-$tag/metrics.jsonl
     ms=$(field "$m" step_ms | median)
