@@ -546,7 +546,12 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
   }
   std::int64_t docs = 0, skipped = 0, in_bytes = 0;
   for (std::size_t i = 0; i < ns; ++i) {
-    TokenSourceInfo s{sources[i].name, sources[i].bytes, hex64(all_hash[i]), all_stats[4 * i], all_stats[4 * i + 1]};
+    TokenSourceInfo s;
+    s.name = sources[i].name;
+    s.bytes = sources[i].bytes;
+    s.fnv1a64 = hex64(all_hash[i]);
+    s.train_tokens = all_stats[4 * i];
+    s.val_tokens = all_stats[4 * i + 1];
     if (!sources[i].in_memory) {
       s.format = std::string(sources[i].format == CorpusFormat::Jsonl ? "jsonl" : "text") + (sources[i].gzip ? ".gz" : "");
       s.documents = all_stats[4 * i + 2];

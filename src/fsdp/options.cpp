@@ -13,9 +13,7 @@ namespace shardtrain::fsdp {
 static_assert(static_cast<int>(Strategy::HybridShardZero2) + 1 == static_cast<int>(choices::kStrategies.size()));
 
 Strategy parse_strategy(const std::string& s) {
-  const int i = choices::index_of(choices::kStrategies, s);
-  if (i < 0) throw UserError("unknown parallel.strategy '" + s + "' (" + choices::joined(choices::kStrategies) + ")");
-  return static_cast<Strategy>(i);
+  return choices::parse_choice<Strategy>(choices::kStrategies, s, "parallel.strategy");
 }
 
 const char* to_string(Strategy s) {
@@ -27,10 +25,7 @@ const char* to_string(Strategy s) {
 static_assert(static_cast<int>(BackwardPrefetch::None) + 1 == static_cast<int>(choices::kBackwardPrefetch.size()));
 
 BackwardPrefetch parse_backward_prefetch(const std::string& s) {
-  const int i = choices::index_of(choices::kBackwardPrefetch, s);
-  if (i < 0)
-    throw UserError("unknown fsdp.backward_prefetch '" + s + "' (" + choices::joined(choices::kBackwardPrefetch) + ")");
-  return static_cast<BackwardPrefetch>(i);
+  return choices::parse_choice<BackwardPrefetch>(choices::kBackwardPrefetch, s, "fsdp.backward_prefetch");
 }
 
 at::ScalarType parse_dtype(const std::string& s) {
@@ -46,10 +41,7 @@ const char* dtype_name(at::ScalarType t) { return comm::dtype_short_name(t); }
 static_assert(static_cast<int>(ReplicaSyncMode::DiLoCo) + 1 == static_cast<int>(choices::kReplicaSync.size()));
 
 ReplicaSyncMode parse_replica_sync(const std::string& s) {
-  const int i = choices::index_of(choices::kReplicaSync, s);
-  if (i < 0)
-    throw UserError("unknown parallel.replica_sync '" + s + "' (" + choices::joined(choices::kReplicaSync) + ")");
-  return static_cast<ReplicaSyncMode>(i);
+  return choices::parse_choice<ReplicaSyncMode>(choices::kReplicaSync, s, "parallel.replica_sync");
 }
 
 int fragment_of_unit(int unit, int units, int fragments) {

@@ -112,10 +112,7 @@ at::Tensor dequantize(const at::Tensor& packed, int64_t n, int64_t block, QuantB
 static_assert(static_cast<int>(WireFormat::Int4) + 1 == static_cast<int>(choices::kOuterDtypes.size()));
 
 WireFormat parse_wire_format(const std::string& name) {
-  const int i = choices::index_of(choices::kOuterDtypes, name);
-  if (i < 0)
-    throw UserError("unknown outer dtype '" + name + "' (" + choices::joined(choices::kOuterDtypes) + ")");
-  return static_cast<WireFormat>(i);
+  return choices::parse_choice<WireFormat>(choices::kOuterDtypes, name, "outer dtype");
 }
 
 const char* wire_format_name(WireFormat f) { return choices::kOuterDtypes[static_cast<size_t>(f)]; }

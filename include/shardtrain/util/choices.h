@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/util/error.h"
+
 namespace shardtrain::choices {
 
 inline constexpr std::array<const char*, 5> kStrategies = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard",
@@ -52,6 +54,15 @@ std::string joined(const std::array<const char*, N>& names) {
   std::string out;
   for (const char* n : names) out += (out.empty() ? "" : ", ") + std::string(n);
   return out;
+}
+
+// The value of enum E named `s`, E declared in the order of `names` (each such enum's .cpp
+// static_asserts its size against the list); else a UserError "unknown <what> 's' (a, b, c)".
+template <typename E, size_t N>
+E parse_choice(const std::array<const char*, N>& names, const std::string& s, const char* what) {
+  const int i = index_of(names, s);
+  if (i < 0) throw UserError("unknown " + std::string(what) + " '" + s + "' (" + joined(names) + ")");
+  return static_cast<E>(i);
 }
 
 }  // namespace shardtrain::choices
