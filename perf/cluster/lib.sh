@@ -15,6 +15,8 @@ link_sent() {
 
 # counted_run STEPS DIR SETS...: trains DECK for STEPS steps on 2 nodes x 2 ranks into DIR (log
 # DIR.log) with --set SETS, and prints what each node sent meanwhile, "node1 node2".
+# (The deltas are printed with %.0f: mawk's %d stops at 2^31 - 1, which a run of 100 steps of
+# hybrid_shard on wide.toml passes; it printed 2147483647 for 5.3 GB.)
 counted_run() {
   local steps=$1 dir=$2 before after a
   shift 2
@@ -25,5 +27,5 @@ counted_run() {
   "$CL/mpirun-cluster" -np 4 "$ST" train "$DECK" "${sets[@]}" --set train.max_steps="$steps" \
     --set run.out_dir="$dir" > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; echo "run $dir failed" >&2; exit 1; }
   after=$(link_sent)
-  paste -d' ' <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after") | awk 'NF == 2 { printf "%d ", $2 - $1 } END { print "" }'
+  paste -d' ' <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after") | awk 'NF == 2 { printf "%.0f ", $2 - $1 } END { print "" }'
 }

@@ -76,7 +76,7 @@ run() { # STRATEGY STEPS DIR: prints the counter deltas "tx1 rx1 tx2 rx2"
   "$CL/mpirun-cluster" -np 4 "$ST" train "$DECK" --set parallel.strategy="$1" --set train.max_steps="$2" \
     --set run.out_dir="$3" > "$3.log" 2>&1 || { tail -20 "$3.log" >&2; echo "run $1 $2 failed" >&2; exit 1; }
   after=$(link_bytes)
-  paste -d' ' <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after") | awk 'NF == 2 { printf "%d ", $2 - $1 } END { print "" }'
+  paste -d' ' <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after") | awk 'NF == 2 { printf "%.0f ", $2 - $1 } END { print "" }'
 }
 source "$HERE/lib.sh"  # median
 
