@@ -10,7 +10,7 @@
 # tokens/s vs the same configuration unshaped and vs hybrid_shard on the same link).
 #
 #   perf/cluster/diloco.sh [SHARDTRAIN] [--rates "none 1gbit 100mbit"] [--inner-steps "10 50 100 500"]
-#                          [--streaming "F TAU DTYPE H"] [--warmup W] [--steps K] [--only LABEL]
+#                          [--streaming "F TAU DTYPE H"] [--warmup W] [--steps K] [--only LABEL] [--set KEY=VALUE ...]
 #
 # Bytes per step: two runs per cell, W and W+K steps (same deck, same start-up and final
 # checkpoint), (counters after the longer - after the shorter) / K, as perf/cluster/run.sh. For a
@@ -32,8 +32,9 @@ RATES="none 1gbit 100mbit"
 HS="10 50 100 500"
 STREAM="4 1 int4 100"
 K=12 W=4 ONLY=
+EXTRA=()  # --set KEY=VALUE: added to every configuration (e.g. fsdp.quant_guard_every=0)
 usage() {
-  echo "usage: $0 [SHARDTRAIN] [--rates R] [--inner-steps \"H ...\"] [--streaming \"F TAU DTYPE H\"] [--warmup W] [--steps K] [--only LABEL]" >&2
+  echo "usage: $0 [SHARDTRAIN] [--rates R] [--inner-steps \"H ...\"] [--streaming \"F TAU DTYPE H\"] [--warmup W] [--steps K] [--only LABEL] [--set KEY=VALUE ...]" >&2
   exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -41,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     --rates) RATES=$2; shift 2 ;;
     --inner-steps) HS=$(tr ',' ' ' <<<"$2"); shift 2 ;;
     --streaming) STREAM=$2; shift 2 ;;
+    --set) EXTRA+=("$2"); shift 2 ;;
     --warmup) W=$2; shift 2 ;;
     --steps) K=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
@@ -78,7 +80,7 @@ fi
 # Fail before the cluster is built when the binary refuses a configuration (an engine without DiLoCo).
 for c in "${CONFIGS[@]}"; do
   IFS='|' read -r label _ setstr <<<"$c"
-  read -r -a sets <<<"$setstr"
+  read -r -a sets <<<"$setstr"; sets+=("${EXTRA[@]}")
   args=()
   for a in "${sets[@]}"; do args+=(--set "$a"); done
   "$ST" deck check "$DECK" "${args[@]}" > "$OUT/deck-check.log" 2>&1 ||
@@ -114,7 +116,7 @@ for rate in $RATES; do
   for c in "${CONFIGS[@]}"; do
     IFS='|' read -r label h setstr <<<"$c"
     [[ -n $ONLY && $label != "$ONLY" && $label != full_shard && $label != hybrid_shard ]] && continue
-    read -r -a sets <<<"$setstr"
+    read -r -a sets <<<"$setstr"; sets+=("${EXTRA[@]}")
     k=$K
     if ((h > 0)); then k=$(((K + h - 1) / h * h)); fi  # whole cycles
     tag=$(tr -c 'a-zA-Z0-9\n' '_' <<<"$label")
@@ -134,7 +136,7 @@ done
 "$CL/cluster.sh" stop
 trap - EXIT
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 mb() { awk -v b="$1" 'BEGIN { printf "%.3f", b / 1e6 }'; }
 echo "| link | configuration | steps | tokens/s | vs unshaped | vs hybrid_shard | step (ms, median) | node 1 sent / step (MB) | node 2 sent / step (MB) | link bytes vs hybrid_shard | engine: inter-node / step (MB, all ranks) | plan: host link / step (MB) | loss at the last step |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
