@@ -133,10 +133,7 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
     m.units.push_back(std::move(u));
   }
   if (opts.replica_sync.diloco()) {
-    const int F = opts.replica_sync.fragments;
-    if (F > static_cast<int>(m.units.size()))
-      throw UserError("diloco.fragments = " + std::to_string(F) + " exceeds the " + std::to_string(m.units.size()) +
-                      " units of this model (fsdp.wrap decides them): a fragment is one or more whole units");
+    check_fragments(opts.replica_sync.fragments, static_cast<int>(m.units.size()));
     std::vector<std::vector<FlatParam*>> flats;
     for (auto& u : m.units) {
       flats.emplace_back();

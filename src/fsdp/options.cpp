@@ -48,6 +48,12 @@ int fragment_of_unit(int unit, int units, int fragments) {
   return static_cast<int>(static_cast<int64_t>(unit) * fragments / units);
 }
 
+void check_fragments(int fragments, int units) {
+  if (fragments < 1 || fragments > units)
+    throw UserError("diloco.fragments = " + std::to_string(fragments) + " exceeds the " + std::to_string(units) +
+                    " units of this model (fsdp.wrap decides them): a fragment is one or more whole units");
+}
+
 bool is_hybrid(Strategy s) { return s == Strategy::HybridShard || s == Strategy::HybridShardZero2; }
 bool reshards_after_forward(Strategy s) { return s == Strategy::FullShard || s == Strategy::HybridShard; }
 

@@ -80,20 +80,17 @@ std::vector<int> OuterSync::step(int64_t step, const std::function<void(comm::Wo
   return synced;
 }
 
-int64_t OuterSync::sync_index(int f, int64_t step) const {
-  const int64_t first = offset(f) > 0 ? offset(f) : rs_.inner_steps;
-  return (step - first) / rs_.inner_steps;
-}
+// Fragment f syncs at offset_f, offset_f + H, ... (fragment 0 first at H: step 0 syncs nothing).
+int64_t OuterSync::first_sync(int f) const { return offset(f) > 0 ? offset(f) : rs_.inner_steps; }
+
+int64_t OuterSync::sync_index(int f, int64_t step) const { return (step - first_sync(f)) / rs_.inner_steps; }
 
 int OuterSync::fallbacks() const { return static_cast<int>(std::count(fallback_.begin(), fallback_.end(), true)); }
 
 int64_t OuterSync::fragment_syncs() const {
   int64_t n = 0;
-  for (int f = 0; f < rs_.fragments; ++f) {
-    // Fragment f syncs at offset_f, offset_f + H, ... (fragment 0 first at H).
-    const int64_t first = offset(f) > 0 ? offset(f) : rs_.inner_steps;
-    if (last_step_ >= first) n += (last_step_ - first) / rs_.inner_steps + 1;
-  }
+  for (int f = 0; f < rs_.fragments; ++f)
+    if (last_step_ >= first_sync(f)) n += sync_index(f, last_step_) + 1;
   return n;
 }
 

@@ -97,6 +97,7 @@ class OuterSync {
     bool done = false;
   };
   // Which sync of fragment f step is (0 = its first).
+  int64_t first_sync(int f) const;  // the first step fragment f syncs after
   int64_t sync_index(int f, int64_t step) const;
   Pending issue(int f, int64_t step);
   void complete(Pending& p, const std::function<void(comm::Work&)>& wait);

@@ -165,8 +165,7 @@ OuterSync outer_sync_traffic(const PlanSettings& ps, const StrategyPlan& p) {
   OuterSync out;
   const int U = static_cast<int>(p.units.size()), R = p.replicate_size;
   const int F = ps.engine.replica_sync.fragments;
-  ST_USER_CHECK(F >= 1 && F <= U, "diloco.fragments = ", F, ": ", fsdp::to_string(p.strategy), " has ", U,
-                " units to cut into fragments (at most one fragment per unit)");
+  fsdp::check_fragments(F, U);
   const fsdp::WireFormat wire = ps.engine.replica_sync.outer_dtype;
   const bool quantized = fsdp::is_quantized(wire);
   const double guard = quantized && ps.engine.compression.guard_every > 0 ? 1.0 / ps.engine.compression.guard_every : 0.0;

@@ -73,6 +73,9 @@ struct ReplicaSync {
 // The fragment of unit u of `units` cut into `fragments` consecutive fragments, as even as can
 // be: u * fragments / units. The one statement of the rule: OuterSync and the planner use it.
 int fragment_of_unit(int unit, int units, int fragments);
+// The rule that goes with it, checked by the engine and the planner: a fragment is one or more
+// whole units (UserError naming diloco.fragments otherwise).
+void check_fragments(int fragments, int units);
 ReplicaSyncMode parse_replica_sync(const std::string& s);  // UserError naming parallel.replica_sync otherwise
 
 struct EngineOptions {
