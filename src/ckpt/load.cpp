@@ -100,7 +100,10 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
       for (size_t k = snap.optional_from; k < ns; ++k)
         present[k] = link_exists(file, optim_path(snap.state_names[k], plan[0].name));
       // Written by more replicas than this run has: their own states do not fit either.
-      const size_t R = (ns - snap.optional_from - 1) / (1 + opt.state_names().size());
+      // This run's replica count: its own names, fsdp::Engine::diloco_state_names.
+      const size_t R = static_cast<size_t>(std::count_if(
+          snap.state_names.begin() + static_cast<std::ptrdiff_t>(snap.optional_from), snap.state_names.end(),
+          [](const std::string& n) { return n.rfind("diloco.local.r", 0) == 0; }));
       if (link_exists(file, optim_path("diloco.local.r" + std::to_string(R), plan[0].name)))
         for (size_t k = snap.optional_from + 1; k < ns; ++k) present[k] = false;
     }
