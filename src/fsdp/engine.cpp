@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "collectives.h"
@@ -459,6 +460,39 @@ void Engine::load_diloco(const OptStateFn& opt_state, size_t opt_states, const s
     m.outer->restore(locals && pending, avg, issued);
   }
   if (m.zpp) m.zpp->masters_changed();
+}
+
+GuardState Engine::guard_state() {
+  GuardState g;
+  if (impl_->zpp) {
+    impl_->zpp->fallbacks(flat_params(), g.weights, g.grads);
+    g.steps = impl_->zpp->steps();
+  }
+  if (impl_->outer) g.outer = impl_->outer->fallback_flags();
+  return g;
+}
+
+std::string Engine::restore_guard_state(const GuardState& g) {
+  std::string skipped;
+  const GuardState now = guard_state();
+  auto any = [](const std::vector<uint8_t>& v) { return std::count_if(v.begin(), v.end(), [](uint8_t x) { return x; }); };
+  if (impl_->zpp) {
+    if (g.weights.size() == now.weights.size() && g.grads.size() == now.grads.size())
+      impl_->zpp->restore(flat_params(), g.weights, g.grads, g.steps);
+    else if (any(g.weights) + any(g.grads) > 0)
+      skipped += log::fmt("the checkpoint's ZeRO++ fallbacks are for ", g.weights.size(), " flats, this run has ",
+                          now.weights.size(), ": every flat starts quantized again");
+  }
+  if (impl_->outer) {
+    if (g.outer.size() == now.outer.size()) {
+      impl_->outer->restore_fallbacks(g.outer);
+    } else if (any(g.outer) > 0) {
+      if (!skipped.empty()) skipped += "; ";
+      skipped += log::fmt("the checkpoint's DiLoCo fallbacks are for ", g.outer.size(), " fragments, this run has ",
+                          now.outer.size(), ": every fragment starts in diloco.outer_dtype again");
+    }
+  }
+  return skipped;
 }
 
 const c10::Device& Engine::device() const { return impl_->dev->device(); }

@@ -87,6 +87,12 @@ int64_t OuterSync::sync_index(int f, int64_t step) const { return (step - first_
 
 int OuterSync::fallbacks() const { return static_cast<int>(std::count(fallback_.begin(), fallback_.end(), true)); }
 
+void OuterSync::restore_fallbacks(const std::vector<uint8_t>& flags) {
+  ST_CHECK(flags.size() == fallback_.size(), "OuterSync::restore_fallbacks: ", flags.size(), " flags for ",
+           fallback_.size(), " fragments");
+  for (size_t f = 0; f < flags.size(); ++f) fallback_[f] = flags[f] != 0;
+}
+
 int64_t OuterSync::fragment_syncs() const {
   int64_t n = 0;
   for (int f = 0; f < rs_.fragments; ++f)

@@ -15,8 +15,8 @@
 // fsdp.quant_guard_threshold): every guard_every-th sync of a fragment (its 0th, k-th, ...) also
 // computes the exact fp32 average; the relative error over the fragment (summed over the shard
 // group, so every rank decides the same) is recorded, and above the threshold the fragment
-// takes the exact average at that sync and runs in fp32 from then on (one warning). Like
-// ZeRO++'s, a fallback is not checkpointed: a resumed run starts quantized again.
+// takes the exact average at that sync and runs in fp32 from then on (one warning). The
+// fallbacks travel in checkpoints (Engine::guard_state), so a resumed run keeps them.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -78,6 +78,9 @@ class OuterSync {
   double guard_rel_error() const { return guard_rel_error_; }
   int64_t guard_checks() const { return guard_checks_; }
   int fallbacks() const;
+  // Per fragment: whether it fell back (checkpoints); restore_fallbacks takes one per fragment.
+  std::vector<uint8_t> fallback_flags() const { return {fallback_.begin(), fallback_.end()}; }
+  void restore_fallbacks(const std::vector<uint8_t>& flags);
 
  private:
   struct PerFlat {

@@ -82,6 +82,33 @@ comm::WorkPtr ZeroPP::gather(comm::Comm& shard, FlatParam& fp, const at::Tensor&
   });
 }
 
+void ZeroPP::fallbacks(const std::vector<FlatParam*>& flats, std::vector<uint8_t>& weights,
+                       std::vector<uint8_t>& grads) const {
+  weights.assign(flats.size(), 0);
+  grads.assign(flats.size(), 0);
+  for (size_t i = 0; i < flats.size(); ++i) {
+    auto it = flat_.find(flats[i]);
+    if (it == flat_.end()) continue;
+    weights[i] = it->second.weights_fallback;
+    grads[i] = it->second.grads_fallback;
+  }
+}
+
+void ZeroPP::restore(const std::vector<FlatParam*>& flats, const std::vector<uint8_t>& weights,
+                     const std::vector<uint8_t>& grads, int64_t steps) {
+  ST_CHECK(weights.size() == flats.size() && grads.size() == flats.size(), "ZeroPP::restore: ", weights.size(), "/",
+           grads.size(), " flags for ", flats.size(), " flats");
+  stats_.weight_fallbacks = stats_.grad_fallbacks = 0;
+  for (size_t i = 0; i < flats.size(); ++i) {
+    PerFlat& f = flat_[flats[i]];
+    f.weights_fallback = weights[i] != 0;
+    f.grads_fallback = grads[i] != 0;
+    stats_.weight_fallbacks += f.weights_fallback;
+    stats_.grad_fallbacks += f.grads_fallback;
+  }
+  step_ = steps;
+}
+
 at::Tensor& ZeroPP::residual(FlatParam& fp) {
   PerFlat& f = flat_[&fp];
   if (!f.residual.defined()) f.residual = at::zeros({fp.shard_numel()}, fp.grad_shard().options());

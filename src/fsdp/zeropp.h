@@ -58,6 +58,15 @@ class ZeroPP {
   // Checkpoint access (Engine::residual_names, gather_residuals, set_residuals): the
   // residual of one flat, zeros until the first quantized average.
   at::Tensor& residual(FlatParam& fp);
+  // The guard's decisions, for a checkpoint (Engine::guard_state): per flat of `flats`, whether
+  // its weight gather / replica average fell back to full precision; and the optimizer steps
+  // counted so far, which decide the guard steps (every guard_every-th).
+  void fallbacks(const std::vector<FlatParam*>& flats, std::vector<uint8_t>& weights,
+                 std::vector<uint8_t>& grads) const;
+  int64_t steps() const { return step_; }
+  // After a load: the same, given back (sizes checked by the caller).
+  void restore(const std::vector<FlatParam*>& flats, const std::vector<uint8_t>& weights,
+               const std::vector<uint8_t>& grads, int64_t steps);
   // The masters were written outside an optimizer step (a checkpoint load): quantize again.
   void masters_changed() {
     for (auto& [fp, f] : flat_) f.packed_step = -1;

@@ -26,6 +26,7 @@ void Checkpointer::save(const LoopPosition& pos, const std::string& why) {
     extra["data"] = nlohmann::json::parse(data_identity_);
     st.extra_json = extra.dump();
   }
+  put_guard_state(st, engine_.guard_state());
   const std::string path = mgr_.save(pos.step, engine_, opt_, st, info_);
   schedule_.saved();
   if (path.empty()) return;  // refused (non-finite state; the manager said so)

@@ -98,10 +98,9 @@ std::string MetricsLog::format_step(const StepRecord& r) {
   if (r.diloco) {
     j["outer_steps"] = r.outer_steps;
     j["fragment_syncs"] = r.fragment_syncs;
-    if (r.outer_quant_err >= 0) {
-      j["outer_quant_err"] = r.outer_quant_err;
-      j["outer_fallbacks"] = r.outer_fallbacks;
-    }
+    // A resumed run has its checkpoint's fallbacks before its own first guard check.
+    if (r.outer_quant_err >= 0) j["outer_quant_err"] = r.outer_quant_err;
+    if (r.outer_quant_err >= 0 || r.outer_fallbacks > 0) j["outer_fallbacks"] = r.outer_fallbacks;
   }
   if (dev) j["peak_device_bytes"] = r.peak_device_bytes;
   if (r.mfu_matmul > 0) j["mfu_matmul"] = r.mfu_matmul;

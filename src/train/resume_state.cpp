@@ -212,4 +212,40 @@ LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& pa
   return pos;
 }
 
+void put_guard_state(ckpt::TrainState& st, const fsdp::GuardState& g) {
+  if (g.weights.empty() && g.grads.empty() && g.outer.empty()) return;
+  nlohmann::json extra = nlohmann::json::parse(st.extra_json);
+  extra["guard"] = {{"weights", g.weights}, {"grads", g.grads}, {"steps", g.steps}, {"outer", g.outer}};
+  st.extra_json = extra.dump();
+}
+
+std::optional<fsdp::GuardState> guard_state_of(const ckpt::TrainState& st, const std::string& path) {
+  const nlohmann::json extra = nlohmann::json::parse(st.extra_json, nullptr, false);
+  if (!extra.is_object() || !extra.contains("guard")) return std::nullopt;
+  const nlohmann::json& j = extra["guard"];
+  const std::string where = path + ": /train attribute 'extra': guard";
+  if (!j.is_object()) throw UserError(where + " is " + j.dump() + ", not an object");
+  fsdp::GuardState g;
+  auto flags = [&](const char* key, std::vector<uint8_t>& out) {
+    if (!j.contains(key)) return;
+    const nlohmann::json& v = j[key];
+    if (!v.is_array()) throw UserError(where + "." + key + " is not an array");
+    for (const nlohmann::json& x : v) {
+      if (!x.is_number_integer() || (x.get<int64_t>() != 0 && x.get<int64_t>() != 1))
+        throw UserError(where + "." + key + " holds " + x.dump() + ", not 0 or 1");
+      out.push_back(static_cast<uint8_t>(x.get<int64_t>()));
+    }
+  };
+  flags("weights", g.weights);
+  flags("grads", g.grads);
+  flags("outer", g.outer);
+  if (j.contains("steps")) {
+    const nlohmann::json& v = j["steps"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      throw UserError(where + ".steps is " + v.dump() + ", not a step count");
+    g.steps = v.get<int64_t>();
+  }
+  return g;
+}
+
 }  // namespace shardtrain::train

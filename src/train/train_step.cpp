@@ -111,6 +111,7 @@ StepResult run_step(const StepParts& p, const LoopPosition& at) {
   // DiLoCo: the fragments due after this inner step take their outer step (nothing under
   // every_step). On the step count, whether or not the update was applied, so the cycle does not
   // depend on the divergence guard.
+  fault_pause("outer_sync", at.step + 1, p.rank);
   r.outer_synced = engine.sync_replicas(at.step + 1);
   r.seconds = step_timer.seconds();
   r.comm_seconds = engine.memory().exposed_comm_seconds - comm_before;

@@ -86,6 +86,7 @@ StartPoint resume_or_start(const StartContext& c) {
   MPI_Comm world = c.world;
   StartPoint sp;
   std::string notes, data_change;
+  std::optional<fsdp::GuardState> guard;  // the candidate's accuracy-guard state, if it has one
   // A candidate whose loop state cannot be restored (data cursor, generator states) is
   // skipped before any weight is loaded, like one that does not verify.
   auto restorable = [&](const std::string& path) {
@@ -95,6 +96,7 @@ StartPoint resume_or_start(const StartContext& c) {
       try {
         const ckpt::TrainState st = ckpt::read_train_state(path);
         sp.pos = apply_train_state(st, path, c.global_batch, s.seed, rank, c.size, notes, device, c.guarantee);
+        guard = guard_state_of(st, path);
         c.data.check_cursor(sp.pos.cursor);
         // Checked after the choice, not here: a checkpoint of other data is not a bad file
         // to set aside, and the resume must stop rather than fall back to an older one.
@@ -123,6 +125,10 @@ StartPoint resume_or_start(const StartContext& c) {
     Timer load_timer;
     ckpt::TrainState st;
     const ckpt::IoStats io = ckpt::load_checkpoint(*from, c.engine, c.optimizer, st, world);
+    if (guard) {
+      const std::string skipped = c.engine.restore_guard_state(*guard);
+      if (!skipped.empty()) notes += "# note: accuracy guard: " + skipped + "\n";
+    }
     ckpt::CheckpointMeta meta;
     runtime::run_agreed(world, [&] {
       if (rank == 0) meta = ckpt::read_checkpoint_meta(*from);

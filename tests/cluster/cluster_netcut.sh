@@ -9,6 +9,10 @@
 #          of group 'world' is reported
 #   async  the same with checkpoint.async=true: region 'save.create' of group 'checkpoint writer'
 #          (the background writer's communicator)
+#   outer  during a DiLoCo outer sync: rank 3 pauses before step 8's (SHARDTRAIN_TEST_PAUSE=
+#          outer_sync:8:3) while node 1's ranks wait in their replicate groups' averages; a
+#          replicate group is reported; then the job resumes from step 6's checkpoint and ends
+#          as an uninterrupted one did, bit for bit (issue 30)
 # Each time: the job script exits 3 (the program's code, although mpirun cannot reach node 2 to
 # end its ranks), the report comes from a rank on node 1 and names the ranks of node 2 with their
 # host, no checkpoint is committed, and the job ends within comm.timeout_s + 60 s of the cut (a
@@ -147,4 +151,41 @@ for mode in sync async; do
   reset_nodes
 done
 
-note "OK: a cut mid-step, mid-checkpoint (sync) and mid-checkpoint (async) each ended the job with exit 3 in $((SECONDS - T0)) s"
+note "outer: node 2's link cut during a DiLoCo outer sync; the job then resumes from its last checkpoint"
+# hybrid_shard over the 2 real nodes (a replica per node), H = 4, a checkpoint every 2 steps. The
+# reference runs 10 steps uninterrupted. Then rank 3 (node 2) holds back at step 8's outer sync
+# (SHARDTRAIN_TEST_PAUSE=outer_sync:8:3) while node 1's ranks wait for it in their replicate
+# groups' averages; the link goes down: exit 3, a report naming a replicate group and node 2's
+# ranks, no checkpoint of step 8. With the link back, the same job resumes from step 6 and ends as
+# the reference did, bit for bit.
+DL=(parallel.strategy=hybrid_shard parallel.replica_sync=diloco diloco.inner_steps=4 checkpoint.every_steps=2
+    train.max_steps=10)
+job outer-ref "${DL[@]}"
+wait "$JOB_PID" || { tail -30 "$T/outer-ref.log"; fail "outer-ref: the uninterrupted DiLoCo job failed"; }
+JOB_PID=
+grep -q '"event":"outer_sync","step":8' "$T/outer-ref/metrics.jsonl" || fail "outer-ref: no outer sync at step 8"
+export SHARDTRAIN_TEST_PAUSE=outer_sync:8:3 SHARDTRAIN_TEST_PAUSE_MARKER=$T/outer.paused
+job outer "${DL[@]}"
+unset SHARDTRAIN_TEST_PAUSE SHARDTRAIN_TEST_PAUSE_MARKER
+BG_PID=$JOB_PID wait_file "$T/outer.paused" 120
+victim=$(cat "$T/outer.paused")
+ip netns pids "stc-$SHARDTRAIN_CLUSTER-n2" | grep -qx "$victim" || fail "outer: the paused rank (pid $victim) is not on $N2"
+sleep 1   # node 1's ranks are in the outer sync's average, waiting for node 2's
+cut_link
+wait_job outer
+check_report outer "in group 'replicate\\[[01]\\]'"
+[ -e "$(ckpt_file "$T/outer" 6)" ] || fail "outer: no checkpoint of step 6 before the cut"
+[ ! -e "$(ckpt_file "$T/outer" 8)" ] || fail "outer: a checkpoint of step 8 was committed"
+reset_nodes
+job outer "${DL[@]}"
+wait "$JOB_PID" || { tail -30 "$T/outer.log"; fail "outer: the resumed job failed"; }
+JOB_PID=
+grep -q "# resumed from $(ckpt_file "$T/outer" 6): step 6," "$T/outer.log" ||
+  { tail -30 "$T/outer.log"; fail "outer: the job did not resume from step 6"; }
+step_table "$T/outer-ref/metrics.jsonl" > "$T/outer-ref.steps"
+step_table "$T/outer/metrics.jsonl" > "$T/outer.steps"
+diff "$T/outer-ref.steps" "$T/outer.steps" || fail "outer: the resumed job's steps differ from the uninterrupted one's"
+same_params "$(ckpt_file "$T/outer-ref" 10)" "$(ckpt_file "$T/outer" 10)"
+note "outer: resumed from step 6 and ended as the uninterrupted job did"
+
+note "OK: a cut mid-step, mid-checkpoint (sync), mid-checkpoint (async) and during a DiLoCo outer sync each ended the job with exit 3 (the last one resumed exactly) in $((SECONDS - T0)) s"

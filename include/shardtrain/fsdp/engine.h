@@ -86,6 +86,17 @@ struct CommStats {
   int outer_fallbacks = 0;
 };
 
+// The accuracy guards' decisions (fsdp.quant_guard_every / _threshold): which flats' quantized
+// weight gather and replica average (ZeRO++) and which DiLoCo fragments run in full precision
+// since their guard fired, and the optimizer steps ZeRO++'s guard has counted (its guard steps
+// are every guard_every-th of them). The same on every rank. A checkpoint keeps them in its train
+// state (train/resume_state.h), so a resumed run decides as the uninterrupted one would.
+struct GuardState {
+  std::vector<uint8_t> weights, grads;  // per flat_params() entry; empty without ZeRO++ compression
+  int64_t steps = 0;                    // ZeRO++'s optimizer steps
+  std::vector<uint8_t> outer;           // per DiLoCo fragment; empty without DiLoCo
+};
+
 class Engine {
  public:
   // root must derive from fsdp::Hookable (it becomes the root unit); its parameters may
@@ -158,6 +169,11 @@ class Engine {
   // optimizer state (an exact resume mid-cycle); otherwise every replica starts from the outer
   // copy with the base optimizer state (replica 0's).
   void load_diloco(const OptStateFn& opt_state, size_t opt_states, const std::vector<bool>& present);
+  // The guards' state now, and after a load the checkpoint's given back. restore_guard_state
+  // takes each part whose length matches this run's (flats, fragments) and returns what it did
+  // not take, as a sentence for the resume log ("" when everything was taken).
+  GuardState guard_state();
+  std::string restore_guard_state(const GuardState& g);
   // Also resets the device allocator's peak (max_memory_allocated).
   void reset_peaks();
   // The device the engine computes on (options().device, with an index for CUDA).

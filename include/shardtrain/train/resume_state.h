@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "shardtrain/ckpt/checkpoint.h"
@@ -47,5 +48,13 @@ void seed_leaf_generator(uint64_t seed, int64_t step, int64_t leaf, const c10::D
 LoopPosition apply_train_state(const ckpt::TrainState& st, const std::string& path, int64_t global_batch,
                                uint64_t seed, int rank, int world_size, std::string& notes,
                                const c10::Device& device = c10::kCPU, const std::string& guarantee = "");
+
+// The accuracy guards' state (fsdp::GuardState: fallbacks to full precision, ZeRO++'s step
+// count) in a train state's extra JSON, key "guard": {"weights": [0/1 per flat], "grads": [...],
+// "steps": N, "outer": [0/1 per DiLoCo fragment]}. Nothing is written when no guard runs.
+void put_guard_state(ckpt::TrainState& st, const fsdp::GuardState& g);
+// The checkpoint's, or nullopt when it holds none (no guard ran, or written before guards were
+// saved). UserError naming `path` and the key when it is malformed.
+std::optional<fsdp::GuardState> guard_state_of(const ckpt::TrainState& st, const std::string& path);
 
 }  // namespace shardtrain::train

@@ -10,8 +10,8 @@
 #   D: train.reproducible: the same bits with 2 replicas of 2 ranks and of 1 rank;
 #   F: overlapped outer steps (diloco.overlap_steps): a resume with an average in flight is exact;
 #   G: int8 / int4 outer gradients train, send 0.254x / 0.129x fp32's bytes between nodes per sync,
-#      a tiny fsdp.quant_guard_threshold falls back to fp32 with one warning, an int4 resume mid-cycle
-#      is exact;
+#      a tiny fsdp.quant_guard_threshold falls back to fp32 with one warning, a resume after the
+#      fallback keeps it and is exact, an int4 resume mid-cycle is exact;
 #   E: the combinations the engine does not run exit 2 naming the key, before any record.
 source "$(dirname "$0")/lib.sh"
 make_dataset
@@ -145,6 +145,20 @@ train_ok $NP "$T/Gf" "${G[@]}" --set diloco.outer_dtype=int8 --set fsdp.quant_gu
 grep -q '"outer_fallbacks":1' "$T/Gf/metrics.jsonl" || fail "Gf: no outer_fallbacks 1 in metrics.jsonl"
 bf=$(grep '"step":8,' "$T/Gf/metrics.jsonl" | grep '"loss"' | sed 's/.*"inter_node_bytes":\([0-9.e+]*\).*/\1/')
 [ "$bf" = "$b32" ] || fail "Gf: after the fallback a sync sent $bf bytes between nodes, fp32 sends $b32"
+# The fallback travels in the checkpoint: split after it (step 6) and resumed, the run goes on in
+# fp32 with no second warning, and gives the bits of the uninterrupted one (a resume that came
+# back quantized would differ at the step-8 sync).
+train_ok $NP "$T/Gfr" "${G[@]}" --set diloco.outer_dtype=int8 --set fsdp.quant_guard_threshold=1e-9 --set train.max_steps=6
+train_ok $NP "$T/Gfr" "${G[@]}" --set diloco.outer_dtype=int8 --set fsdp.quant_guard_threshold=1e-9
+grep -q "# resumed from $(ckpt_file "$T/Gfr" 6): step 6," "$T/Gfr.log" || fail "Gfr did not resume from step 6"
+[ "$(grep -c 'accuracy guard: the int8 outer average' "$T/Gfr.log")" = 1 ] ||
+  fail "Gfr: expected the one fallback warning of the first part: $(grep 'accuracy guard' "$T/Gfr.log")"
+grep '"step":12,' "$T/Gfr/metrics.jsonl" | grep '"loss"' | grep -q '"outer_fallbacks":1' ||
+  fail "Gfr: the resumed run does not count the checkpoint's fallback"
+step_table "$T/Gf/metrics.jsonl" > "$T/Gf.steps"
+step_table "$T/Gfr/metrics.jsonl" > "$T/Gfr.steps"
+diff "$T/Gf.steps" "$T/Gfr.steps" || fail "G: the run resumed after a fallback differs from the uninterrupted one"
+same_params "$(ckpt_file "$T/Gf" 12)" "$(ckpt_file "$T/Gfr" 12)"
 # int4, split mid-cycle at step 6 and resumed: the same bits.
 train_ok $NP "$T/G4r" "${G[@]}" --set diloco.outer_dtype=int4 --set train.max_steps=6
 train_ok $NP "$T/G4r" "${G[@]}" --set diloco.outer_dtype=int4

@@ -4,7 +4,7 @@
 # norm and LR to the last digit of the uninterrupted run's, with identical final checkpoints);
 # metrics.jsonl carries the byte counters and the guard's errors, and the quantized run sends
 # under half the unquantized run's bytes between nodes; the combinations the engine does not
-# run exit 2 naming the key.
+# run exit 2 naming the key; the guard's fallbacks travel in the checkpoint (F).
 source "$(dirname "$0")/lib.sh"
 make_dataset
 NP=4
@@ -29,6 +29,24 @@ grep -q "^qgz_residual.r1 " <<<"$groups" || fail "B: no residual datasets in the
 step_table "$T/B/metrics.jsonl" > "$T/B.steps"
 diff "$T/A.steps" "$T/B.steps" || fail "B's steps differ from A's"
 same_params "$(ckpt_file "$T/A" 12)" "$(ckpt_file "$T/B" 12)"
+
+note "F: a tiny threshold falls back at the first guard step; split at 5 and resumed, the fallbacks hold: the same bits"
+TF=("${Q[@]}" --set fsdp.quant_guard_threshold=1e-12)
+train_ok $NP "$T/F1" "${TF[@]}"
+train_ok $NP "$T/F2" "${TF[@]}" --set train.max_steps=5
+train_ok $NP "$T/F2" "${TF[@]}"
+grep -q "# resumed from $(ckpt_file "$T/F2" 5): step 5," "$T/F2.log" || fail "F2 did not resume from step 5"
+w1=$(grep -c 'accuracy guard: the quantized' "$T/F1.log")
+[ "$w1" -gt 0 ] || fail "F1: the tiny threshold did not fall back"
+[ "$(grep -c 'accuracy guard: the quantized' "$T/F2.log")" = "$w1" ] ||
+  fail "F2: the resumed run warned again (flats came back quantized): $(grep -c 'accuracy guard' "$T/F2.log") vs $w1"
+f1=$(grep '"step":12,' "$T/F1/metrics.jsonl" | grep '"loss"' | sed 's/.*"quant_fallbacks":\([0-9]*\).*/\1/')
+f2=$(grep '"step":12,' "$T/F2/metrics.jsonl" | grep '"loss"' | sed 's/.*"quant_fallbacks":\([0-9]*\).*/\1/')
+[ -n "$f1" ] && [ "$f1" = "$f2" ] || fail "F: quant_fallbacks at step 12: '$f1' uninterrupted vs '$f2' resumed"
+step_table "$T/F1/metrics.jsonl" > "$T/F1.steps"
+step_table "$T/F2/metrics.jsonl" > "$T/F2.steps"
+diff "$T/F1.steps" "$T/F2.steps" || fail "F: the run resumed after fallbacks differs from the uninterrupted one"
+same_params "$(ckpt_file "$T/F1" 12)" "$(ckpt_file "$T/F2" 12)"
 
 note "C: the same without quantization: more bytes between nodes, the same inside"
 train_ok $NP "$T/C" --set parallel.strategy=hybrid_shard --set parallel.simulate_ranks_per_host=2 --set train.max_steps=3
