@@ -10,7 +10,7 @@
 # tokens/s vs the same configuration unshaped and vs hybrid_shard on the same link).
 #
 #   perf/cluster/diloco.sh [SHARDTRAIN] [--rates "none 1gbit 100mbit"] [--inner-steps "10 50 100 500"]
-#                          [--streaming "F TAU DTYPE H"] [--warmup W] [--steps K] [--only LABEL] [--set KEY=VALUE ...]
+#                          [--streaming "F TAU DTYPE H"] [--warmup W] [--steps K] [--reps N] [--only LABEL] [--set KEY=VALUE ...]
 #
 # Bytes per step: two runs per cell, W and W+K steps (same deck, same start-up and final
 # checkpoint), (counters after the longer - after the shorter) / K, as perf/cluster/run.sh. For a
@@ -18,6 +18,10 @@
 # H consecutive steps, so the difference holds exactly K / H outer syncs of each.
 # tokens/s: the longer run's steps after W, their tokens over their summed time (a mean, so the
 # steps that wait for an outer sync count; the median would leave them out).
+# --reps N (default 1): N rounds over the rates; rounds after the first run only the DiLoCo cells'
+# longer run again (tokens/s; the bytes are the first round's), and each DiLoCo cell's tokens/s
+# is the median of its N runs. Rounds alternate the rates, so a change of the machine's load
+# during the run falls on every rate alike (2 cores for 4 ranks: a single run moves by ±20%).
 # --streaming "F TAU DTYPE H": one more cell, diloco.fragments F, diloco.overlap_steps TAU,
 # diloco.outer_dtype DTYPE at inner_steps H (default "4 1 int4 100"; "" = none; F is at most the
 # deck's units: wide.toml has 5). --only LABEL: that configuration only, with the two references.
@@ -31,10 +35,10 @@ ST=$REPO/build/bin/shardtrain
 RATES="none 1gbit 100mbit"
 HS="10 50 100 500"
 STREAM="4 1 int4 100"
-K=12 W=4 ONLY=
+K=12 W=4 ONLY= REPS=1
 EXTRA=()  # --set KEY=VALUE: added to every configuration (e.g. fsdp.quant_guard_every=0)
 usage() {
-  echo "usage: $0 [SHARDTRAIN] [--rates R] [--inner-steps \"H ...\"] [--streaming \"F TAU DTYPE H\"] [--warmup W] [--steps K] [--only LABEL] [--set KEY=VALUE ...]" >&2
+  echo "usage: $0 [SHARDTRAIN] [--rates R] [--inner-steps \"H ...\"] [--streaming \"F TAU DTYPE H\"] [--warmup W] [--steps K] [--reps N] [--only LABEL] [--set KEY=VALUE ...]" >&2
   exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -46,11 +50,12 @@ while [[ $# -gt 0 ]]; do
     --warmup) W=$2; shift 2 ;;
     --steps) K=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
+    --reps) REPS=$2; shift 2 ;;
     *) usage ;;
   esac
 done
 for h in $HS; do [[ $h =~ ^[1-9][0-9]*$ ]] || { echo "$0: --inner-steps: '$h' is not a positive integer" >&2; exit 2; }; done
-[[ $K =~ ^[1-9][0-9]*$ && $W =~ ^[0-9]+$ ]] || { echo "$0: --steps K >= 1, --warmup W >= 0" >&2; exit 2; }
+[[ $K =~ ^[1-9][0-9]*$ && $W =~ ^[0-9]+$ && $REPS =~ ^[1-9][0-9]*$ ]] || { echo "$0: --steps K >= 1, --warmup W >= 0, --reps N >= 1" >&2; exit 2; }
 if [[ -n $STREAM ]]; then
   read -r SF ST_TAU SDT SH <<<"$STREAM"
   [[ $SF =~ ^[1-9][0-9]*$ && $ST_TAU =~ ^[0-9]+$ && $SDT =~ ^(fp32|bf16|int8|int4)$ && $SH =~ ^[1-9][0-9]*$ ]] ||
@@ -111,15 +116,24 @@ plan_link() {  # SETS...
 }
 
 echo -e "rate\tconfig\tH\tsteps\ttokens_per_s\tstep_ms_median\tnode1_sent\tnode2_sent\tengine_inter\tplan_link\tfinal_loss" > "$OUT/diloco.tsv"
+echo -e "rate\tconfig\tround\ttokens_per_s" > "$OUT/diloco-reps.tsv"
+for ((round = 1; round <= REPS; round++)); do
 for rate in $RATES; do
   "$CL/cluster.sh" rate "$rate"
   for c in "${CONFIGS[@]}"; do
     IFS='|' read -r label h setstr <<<"$c"
     [[ -n $ONLY && $label != "$ONLY" && $label != full_shard && $label != hybrid_shard ]] && continue
+    ((round > 1 && h == 0)) && continue
     read -r -a sets <<<"$setstr"; sets+=("${EXTRA[@]}")
     k=$K
     if ((h > 0)); then k=$(((K + h - 1) / h * h)); fi  # whole cycles
     tag=$(tr -c 'a-zA-Z0-9\n' '_' <<<"$label")
+    if ((round > 1)); then
+      counted_run $((W + k)) "$OUT/dlc-$rate-$tag-r$round" "${sets[@]}" log.every=1 > /dev/null
+      tps=$(timed "$OUT/dlc-$rate-$tag-r$round/metrics.jsonl" | awk '{ ms += $1; tok += $2 * $1 / 1e3 } END { printf "%.1f", tok / (ms / 1e3) }')
+      echo -e "$rate\t$label\t$round\t$tps" | tee -a "$OUT/diloco-reps.tsv" >&2
+      continue
+    fi
     a=$(counted_run "$W" "$OUT/dlc-$rate-$tag-short" "${sets[@]}" log.every=1)
     b=$(counted_run $((W + k)) "$OUT/dlc-$rate-$tag" "${sets[@]}" log.every=1)
     per=$(paste -d' ' <(tr ' ' '\n' <<<"$a") <(tr ' ' '\n' <<<"$b") | awk -v k="$k" 'NF == 2 { printf "%.0f\t", ($2 - $1) / k }')
@@ -131,14 +145,22 @@ for rate in $RATES; do
     loss=$(sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$m" | tail -1)
     pl=$(plan_link "${sets[@]}")
     echo -e "$rate\t$label\t$h\t$k\t$tps\t$med\t${per%$'\t'}\t$inter\t${pl:--}\t$loss" | tee -a "$OUT/diloco.tsv" >&2
+    echo -e "$rate\t$label\t1\t$tps" >> "$OUT/diloco-reps.tsv"
   done
 done
+done
+# Each cell's tokens/s: the median of its rounds.
+awk -F'\t' 'NR == FNR { if (FNR > 1) v[$1 "\t" $2] = v[$1 "\t" $2] " " $4; next }
+  FNR > 1 { n = split(substr(v[$1 "\t" $2], 2), x, " "); if (n > 0) { asort_n(x, n); $5 = (n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2); $5 = $5 "" } }
+  { print }
+  function asort_n(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }' \
+  OFS='\t' "$OUT/diloco-reps.tsv" "$OUT/diloco.tsv" > "$OUT/diloco.tsv.median" && mv "$OUT/diloco.tsv.median" "$OUT/diloco.tsv"
 "$CL/cluster.sh" stop
 trap - EXIT
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 mb() { awk -v b="$1" 'BEGIN { printf "%.3f", b / 1e6 }'; }
-echo "| link | configuration | steps | tokens/s | vs unshaped | vs hybrid_shard | step (ms, median) | node 1 sent / step (MB) | node 2 sent / step (MB) | link bytes vs hybrid_shard | engine: inter-node / step (MB, all ranks) | plan: host link / step (MB) | loss at the last step |"
+echo "| link | configuration | steps | tokens/s (median of runs) | vs unshaped | vs hybrid_shard | step (ms, median) | node 1 sent / step (MB) | node 2 sent / step (MB) | link bytes vs hybrid_shard | engine: inter-node / step (MB, all ranks) | plan: host link / step (MB) | loss at the last step |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for rate in $RATES; do
   hs_tps=$(awk -F'\t' -v r="$rate" '$1 == r && $2 == "hybrid_shard" { print $5 }' "$OUT/diloco.tsv")
@@ -151,3 +173,8 @@ for rate in $RATES; do
     echo "| $rate | $label | $k | $(printf %.0f "$tps") | $(ratio "$tps" "$un" %.2fx) | $(ratio "$tps" "$hs_tps" %.2fx) | $(printf %.0f "$med") | $(mb "$n1") | $(mb "$n2") | $(awk -v a="$n1" -v b="$n2" -v h="$hs_b" 'BEGIN { m = a > b ? a : b; if (m <= 0 || h <= 0) print "-"; else if (m >= h) printf "%.2fx", m / h; else printf "1/%.0f", h / m }') | $(mb "$ei") | $plmb | $loss |"
   done
 done
+if ((REPS > 1)); then
+  echo
+  echo "tokens/s of each run (the table shows the median of a cell's runs; the references run once):"
+  awk -F'\t' 'NR > 1 { v[$1 " | " $2] = v[$1 " | " $2] " " $4 } END { for (k in v) print "- " k ":" v[k] }' "$OUT/diloco-reps.tsv" | sort
+fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # quality.sh: DiLoCo's validation loss against synchronous hybrid_shard at equal tokens
 # (issue 30's quality goal: within 2%). The deck perf/diloco/quality.toml (GPT-2, 4 blocks of
-# d 256, Austen in GPT-2 tokens, 4 ranks as 2 simulated hosts of 2, 2000 steps, validation every
+# d 256, Austen in byte tokens, 2 ranks as 2 simulated hosts of 1, 2000 steps, validation every
 # 500) is trained once with parallel.replica_sync = every_step (the reference), once under DiLoCo
 # per H of --inner-steps (whole model, fp32 outer gradients) and once in the streaming variant
 # (--streaming "F TAU DTYPE H": fragments, overlap steps, outer dtype, H). Every run has the same
@@ -10,20 +10,19 @@
 # the reference and whether it is within 2%, with the date, CPU model and load.
 #
 #   perf/diloco/quality.sh [--build DIR] [--quick] [--steps N] [--val-every V] [--inner-steps "10 50 100 500"]
-#                          [--streaming "F TAU DTYPE H"] [--np 4] [--ranks-per-host 2] [--out DIR] [--set KEY=VALUE ...]
+#                          [--streaming "F TAU DTYPE H"] [--np 2] [--ranks-per-host 1] [--out DIR] [--set KEY=VALUE ...]
 #
 # --quick: a smoke test of the script and the engine (24 steps, validation every 12 on 2
 # batches, H = 4 8 12 24, streaming "2 1 int4 12"): its numbers say nothing about quality.
-# The full sweep is 6 runs of 2000 steps of 4 ranks: ~4 s per step on the 2-core dev VM under
-# load (2026-12-03), ~13 hours there; far less with a core or more per rank.
-# Data: .data/austen-gpt2 when it exists, else prepared once into OUT/austen-gpt2 (needs the
+# The full sweep is 6 runs of 2000 steps of 2 ranks (see perf/README.md "DiLoCo" for its time).
+# Data: .data/austen-byte when it exists, else prepared once into OUT/austen-byte (needs the
 # Austen source: scripts/fetch-data --for run). Outputs in OUT (default perf/diloco/out): one
 # run directory per configuration (metrics.jsonl, the log), quality.tsv, quality.md.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=$root/build
-steps='' val_every='' val_batches='' quick=0 np=4 rph=2
+steps='' val_every='' val_batches='' quick=0 np=2 rph=1
 hs="10 50 100 500"
 stream="4 1 int4 100"
 out=${OUT:-$here/out}
@@ -93,10 +92,10 @@ for c in "${configs[@]}"; do
     { echo "quality.sh: ${c%%|*}: the deck is refused:" >&2; tail -3 "$out/deck-check.log" >&2; exit 2; }
 done
 
-data=$root/.data/austen-gpt2
+data=$root/.data/austen-byte
 if [[ ! -d $data ]]; then
-  data=$out/austen-gpt2
-  [[ -d $data ]] || "$st" data prepare --source austen --tokenizer gpt2 --out "$data" > "$out/prepare.log" 2>&1 ||
+  data=$out/austen-byte
+  [[ -d $data ]] || "$st" data prepare --source austen --tokenizer byte --out "$data" > "$out/prepare.log" 2>&1 ||
     { tail -5 "$out/prepare.log" >&2; echo "quality.sh: data prepare failed (scripts/fetch-data --for run installs the source)" >&2; exit 1; }
 fi
 
