@@ -4,13 +4,22 @@
 # d 256, Austen in byte tokens, 2 ranks as 2 simulated hosts of 1, 2000 steps, validation every
 # 500) is trained once with parallel.replica_sync = every_step (the reference), once under DiLoCo
 # per H of --inner-steps (whole model, fp32 outer gradients) and once in the streaming variant
-# (--streaming "F TAU DTYPE H": fragments, overlap steps, outer dtype, H). Every run has the same
+# (--streaming "F TAU DTYPE H": fragments, overlap steps, outer dtype, H), each once per outer
+# optimizer setting of --outer ("LR/MOMENTUM ...", default the deck's 0.7/0.9). Every run has the same
 # global batch, so the validation at step s is at equal tokens in all of them. Prints a Markdown
 # table: per configuration the validation loss at each validation step, the last one's ratio to
 # the reference and whether it is within 2%, with the date, CPU model and load.
 #
+# --warm-start N: every DiLoCo run starts from the reference's checkpoint of step N (synchronous
+# training first, DiLoCo from N on: what the DiLoCo paper does by starting from a pretrained
+# model; a user does it by resuming an every_step checkpoint with replica_sync = "diloco").
+# --bounds: two more rows that bracket DiLoCo: H = 1 with outer 1/0 (the replicas' AdamW steps
+# averaged after every step: the cost of per-replica optimizer state alone) and one replica
+# training alone (no exchange at all; half the tokens per step, so not at equal tokens).
+#
 #   perf/diloco/quality.sh [--build DIR] [--quick] [--steps N] [--val-every V] [--inner-steps "10 50 100 500"]
-#                          [--streaming "F TAU DTYPE H"] [--np 2] [--ranks-per-host 1] [--out DIR] [--set KEY=VALUE ...]
+#                          [--streaming "F TAU DTYPE H"] [--outer "0.7/0.9 1/0"] [--np 2] [--ranks-per-host 1]
+#                          [--warm-start N] [--bounds] [--out DIR] [--set KEY=VALUE ...]
 #
 # --quick: a smoke test of the script and the engine (24 steps, validation every 12 on 2
 # batches, H = 4 8 12 24, streaming "2 1 int4 12"): its numbers say nothing about quality.
@@ -22,14 +31,15 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=$root/build
-steps='' val_every='' val_batches='' quick=0 np=2 rph=1
+steps='' val_every='' val_batches='' quick=0 np=2 rph=1 warm=0 bounds=0
 hs="10 50 100 500"
 stream="4 1 int4 100"
+outers="0.7/0.9"
 out=${OUT:-$here/out}
 extra=()
 usage() {
   echo "usage: $0 [--build DIR] [--quick] [--steps N] [--val-every V] [--inner-steps \"H ...\"]" \
-    "[--streaming \"F TAU DTYPE H\"] [--np N] [--ranks-per-host G] [--out DIR] [--set KEY=VALUE ...]" >&2
+    "[--streaming \"F TAU DTYPE H\"] [--outer \"LR/MOMENTUM ...\"] [--np N] [--ranks-per-host G] [--warm-start N] [--bounds] [--out DIR] [--set KEY=VALUE ...]" >&2
   exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -40,6 +50,9 @@ while [[ $# -gt 0 ]]; do
     --val-every) val_every=$2; shift 2 ;;
     --inner-steps) hs=$(tr ',' ' ' <<<"$2"); shift 2 ;;
     --streaming) stream=$2; shift 2 ;;
+    --outer) outers=$(tr ',' ' ' <<<"$2"); shift 2 ;;
+    --warm-start) warm=$2; shift 2 ;;
+    --bounds) bounds=1; shift ;;
     --np) np=$2; shift 2 ;;
     --ranks-per-host) rph=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -58,7 +71,13 @@ int --steps "$steps"
 int --val-every "$val_every"
 int --np "$np"
 int --ranks-per-host "$rph"
+[[ $warm =~ ^[0-9]+$ ]] && ((warm < steps)) || { echo "quality.sh: --warm-start '$warm': a step below --steps $steps" >&2; exit 2; }
 for h in $hs; do int --inner-steps "$h"; done
+num='^([0-9]+\.?[0-9]*|\.[0-9]+)$'
+for o in $outers; do
+  [[ $o == */* && ${o%/*} =~ $num && ${o#*/} =~ $num ]] ||
+    { echo "quality.sh: --outer: '$o' is not LR/MOMENTUM, e.g. 0.7/0.9" >&2; exit 2; }
+done
 if [[ -n $stream ]]; then
   read -r sf stau sdt sh <<<"$stream"
   [[ ${sf:-} =~ ^[1-9][0-9]*$ && ${stau:-} =~ ^[0-9]+$ && ${sdt:-} =~ ^(fp32|bf16|int8|int4)$ && ${sh:-} =~ ^[1-9][0-9]*$ ]] ||
@@ -72,20 +91,39 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-mpi=(mpirun --oversubscribe --bind-to none -np "$np")
+mpi=(mpirun --oversubscribe --bind-to none)
 [[ $(id -u) == 0 ]] && mpi+=(--allow-run-as-root)
 
-# label|--set arguments (the reference first)
-configs=("hybrid_shard every_step|parallel.replica_sync=every_step")
-for h in $hs; do configs+=("diloco H=$h|parallel.replica_sync=diloco diloco.inner_steps=$h"); done
-[[ -n $stream ]] && configs+=("streaming H=$sh F=$sf tau=$stau $sdt|parallel.replica_sync=diloco diloco.inner_steps=$sh diloco.fragments=$sf diloco.overlap_steps=$stau diloco.outer_dtype=$sdt")
+# label|ranks|warm (1: resumes the reference's step-N checkpoint)|--set arguments; the reference first
+configs=("hybrid_shard every_step|$np|0|parallel.replica_sync=every_step")
+# Per outer setting: every H, then the streaming variant. The label names the setting only when
+# the sweep has more than one.
+nouter=$(wc -w <<<"$outers")
+w=$((warm > 0 ? 1 : 0))
+wtag=''
+((warm > 0)) && wtag=" from sync step $warm"
+for o in $outers; do
+  olr=${o%/*} omom=${o#*/}
+  tag='' oset="diloco.outer_lr=$olr diloco.outer_momentum=$omom"
+  ((nouter > 1)) && tag=" outer $olr/$omom"
+  for h in $hs; do configs+=("diloco H=$h$tag$wtag|$np|$w|parallel.replica_sync=diloco diloco.inner_steps=$h $oset"); done
+  [[ -n $stream ]] && configs+=("streaming H=$sh F=$sf tau=$stau $sdt$tag$wtag|$np|$w|parallel.replica_sync=diloco diloco.inner_steps=$sh diloco.fragments=$sf diloco.overlap_steps=$stau diloco.outer_dtype=$sdt $oset")
+done
+if ((bounds)); then
+  configs+=("bound: diloco H=1 outer 1/0$wtag|$np|$w|parallel.replica_sync=diloco diloco.inner_steps=1 diloco.outer_lr=1 diloco.outer_momentum=0")
+  configs+=("bound: 1 replica alone (half the tokens)|$rph|0|parallel.replica_sync=every_step")
+fi
+# The reference writes the checkpoint the warm runs resume (its bits do not depend on it).
+ref_ckpt=()
+((warm > 0)) && ref_ckpt=(--set "checkpoint.every_steps=$warm" --set checkpoint.keep_last=1048576)
 
 common=(--set "train.max_steps=$steps" --set "train.val_every=$val_every" --set "parallel.simulate_ranks_per_host=$rph"
         --set "parallel.strategy=hybrid_shard")
 [[ -n $val_batches ]] && common+=(--set "train.val_batches=$val_batches")
 # Refuse before hours of training when the binary does not run a configuration (no DiLoCo yet).
 for c in "${configs[@]}"; do
-  read -r -a sets <<<"${c#*|}"
+  IFS='|' read -r _ _ _ setlist <<<"$c"
+  read -r -a sets <<<"$setlist"
   args=()
   for a in "${sets[@]}"; do args+=(--set "$a"); done
   "$st" deck check "$deck" "${common[@]}" "${args[@]}" "${extra[@]}" > "$out/deck-check.log" 2>&1 ||
@@ -102,16 +140,26 @@ fi
 started=$(date -u +%Y-%m-%dT%H:%MZ)
 load0=$(cut -d' ' -f1 /proc/loadavg)
 echo -e "config\tstep\tval_loss\twall_s" > "$out/quality.tsv"
+refdir=''
 for c in "${configs[@]}"; do
-  label=${c%%|*}
-  read -r -a sets <<<"${c#*|}"
+  IFS='|' read -r label ranks fromref setlist <<<"$c"
+  read -r -a sets <<<"$setlist"
   args=()
   for a in "${sets[@]}"; do args+=(--set "$a"); done
   dir=$out/$(tr -c 'a-zA-Z0-9\n' '_' <<<"$label")
+  if [[ -z $refdir ]]; then
+    refdir=$dir
+    args+=("${ref_ckpt[@]}")
+  elif ((fromref)); then
+    ck=$(printf '%s/checkpoints/step_%08d.h5' "$refdir" "$warm")
+    [[ -f $ck ]] || { echo "quality.sh: the reference wrote no $ck" >&2; exit 1; }
+    args+=(--set "checkpoint.resume=$ck")
+  fi
   rm -rf "$dir"
   t0=$(date +%s)
-  (cd "$root" && "${mpi[@]}" "$st" train "$deck" "${common[@]}" "${args[@]}" "${extra[@]}" --set "data.dataset=$data" \
-    --set "run.out_dir=$dir") > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; echo "quality.sh: $label failed" >&2; exit 1; }
+  (cd "$root" && "${mpi[@]}" -np "$ranks" "$st" train "$deck" "${common[@]}" "${args[@]}" "${extra[@]}" \
+    --set "data.dataset=$data" --set "run.out_dir=$dir") > "$dir.log" 2>&1 ||
+    { tail -20 "$dir.log" >&2; echo "quality.sh: $label failed" >&2; exit 1; }
   wall=$(($(date +%s) - t0))
   /usr/bin/python3 - "$dir/metrics.jsonl" "$label" "$wall" >> "$out/quality.tsv" <<'PY'
 import json, sys
