@@ -199,9 +199,15 @@ std::vector<KeySpec> build_schema() {
     Int("diloco.inner_steps", 100,
         "H: optimizer steps each replica takes on its own between two outer steps")
         .at_least(1).at_most(1000000).unit("steps"),
-    Float("diloco.outer_lr", 0.7, "learning rate of the outer SGD on the averaged outer gradient")
+    Float("diloco.outer_lr", 0.7,
+          "learning rate of the outer SGD on the averaged outer gradient; 0.7 with momentum 0.9 are the DiLoCo "
+          "paper's (8 replicas, H = 500); with 2 replicas 1.0 with momentum 0.5 measured better (perf/README.md, "
+          "DiLoCo)")
         .above(0).at_most(100),
-    Float("diloco.outer_momentum", 0.9, "momentum of the outer SGD; 0 = none").at_least(0).below(1),
+    Float("diloco.outer_momentum", 0.9,
+          "momentum of the outer SGD; 0 = none; at small H (10) 0.9 can stall training: it multiplies aligned "
+          "outer gradients up to 1 / (1 - momentum) times")
+        .at_least(0).below(1),
     Bool("diloco.nesterov", true, "Nesterov momentum in the outer step (false = heavy ball)"),
     Int("diloco.fragments", 1,
         "streaming DiLoCo: the units split into this many fragments, fragment f synchronised at its own "
