@@ -5,7 +5,7 @@
   doc_blocks.py run SRC SHARDTRAIN [DOC...]      check, then run the runnable blocks
 
 The rules (docs/README of the convention: docs/getting-started.md has examples):
-  * A command block is fenced ```bash. A plain ``` block whose lines start like a command
+  * A command block is fenced ```bash (at any indentation: in a list item too). A plain ``` block whose lines start like a command
     (build/bin/shardtrain, mpirun, sbatch, scripts/, jobscripts/, ...) is an error: it would
     escape this test.
   * A ```bash block runs as shown, from the repository, on a machine after `scripts/quickstart`
@@ -57,19 +57,23 @@ def documents(src):
 
 
 def blocks(path):
-    """(line, info, body lines, skip reason or None) of every fenced block."""
+    """(line, info, body lines, skip reason or None) of every fenced block. A fence may be indented
+    (a block inside a list item): its body loses that indentation, and the block is checked and run
+    like any other, so that a command inside a list cannot escape the test."""
     lines = open(path, encoding="utf-8").read().split("\n")
     out, i = [], 0
     while i < len(lines):
-        m = re.match(r"^```(.*)$", lines[i])
+        m = re.match(r"^( *)```(.*)$", lines[i])
         if not m:
             i += 1
             continue
+        indent = len(m.group(1))
         j = i + 1
-        while j < len(lines) and not lines[j].startswith("```"):
+        while j < len(lines) and not lines[j].lstrip(" ").startswith("```"):
             j += 1
+        body = [b[indent:] if b[:indent].strip() == "" else b.lstrip(" ") for b in lines[i + 1:j]]
         prev = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
-        out.append((i + 1, m.group(1).strip(), lines[i + 1:j], prev.strip() if SKIP.match(prev.strip()) else None))
+        out.append((i + 1, m.group(2).strip(), body, prev.strip() if SKIP.match(prev.strip()) else None))
         i = j + 1
     return out
 
