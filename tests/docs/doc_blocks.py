@@ -5,9 +5,9 @@
   doc_blocks.py run SRC SHARDTRAIN [DOC...]      check, then run the runnable blocks
 
 The rules (docs/README of the convention: docs/getting-started.md has examples):
-  * A command block is fenced ```bash (at any indentation: in a list item too). A plain ``` block whose lines start like a command
-    (build/bin/shardtrain, mpirun, sbatch, scripts/, jobscripts/, ...) is an error: it would
-    escape this test.
+  * A command block is fenced ```bash, at any indentation (in a list item too). A plain ```
+    block whose lines start like a command (build/bin/shardtrain, mpirun, sbatch, scripts/,
+    jobscripts/, ...) is an error: it would escape this test.
   * A ```bash block runs as shown, from the repository, on a machine after `scripts/quickstart`
     (its run in runs/quickstart/), unless it says what it needs in a line `# needs: ...` (a
     cluster, a GPU, a downloaded model: the reader sees it, the test skips the block) or is
