@@ -123,7 +123,8 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
                fplan.shard_size, " ranks, shard group has ", group_size(u->shard));
       u->flats.push_back(std::make_unique<FlatParam>(fplan, tree, group_rank(u->shard), init, device, opts.cpu_offload));
     }
-    u->num_params = up.num_params();
+    u->num_params = up.num_trainable_params();
+    u->has_frozen = up.has_frozen();
     if (opts.replica_sync.diloco()) {
       // DiLoCo: each replica trains alone between outer steps. A sharded flat's gradient stops at
       // its shard group's reduce-scatter; the ignored group (whole on every rank) is averaged
@@ -149,6 +150,10 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
 
   for (auto& u : m.units) {
     for (auto& fp : u->flats) {
+      if (fp->frozen()) {  // no gradient: nothing to wait for, nothing to count but its shard
+        m.stats.frozen_bytes += fp->master().numel() * static_cast<int64_t>(fp->master().element_size());
+        continue;
+      }
       for (auto& s : fp->slots()) {
         auto acc = torch_compat::grad_accumulator(s.param);
         torch_compat::add_post_hook(*acc, std::make_unique<ReadyHook>(&m, u.get()));
@@ -181,7 +186,8 @@ void Engine::set_last_micro_batch(bool last) { impl_->last_micro = last; }
 void Engine::zero_grad() {
   impl_->leaf_sums.clear();
   for (auto& u : impl_->units)
-    for (auto& fp : u->flats) fp->grad_shard().zero_();
+    for (auto& fp : u->flats)
+      if (!fp->frozen()) fp->grad_shard().zero_();
 }
 
 double Engine::clip_grad_norm(double max_norm) {
@@ -191,7 +197,8 @@ double Engine::clip_grad_norm(double max_norm) {
     double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0)
       for (auto& u : impl_->units)
-        for (auto& fp : u->flats) fp->grad_shard().mul_(coef);
+        for (auto& fp : u->flats)
+          if (!fp->frozen()) fp->grad_shard().mul_(coef);
   }
   return norm;
 }
@@ -202,6 +209,7 @@ double Engine::exact_grad_norm() {
   ExactSquareSum sharded, whole;
   for (auto& u : impl_->units)
     for (auto& fp : u->flats) {
+      if (fp->frozen()) continue;
       const at::Tensor g = fp->grad_shard().to(at::kCPU).contiguous();
       (u->kind == UnitKind::Ignored ? whole : sharded).add(g.data_ptr<float>(), g.numel());
     }
@@ -222,6 +230,7 @@ double Engine::fast_grad_norm() {
   double sharded = 0, whole = 0;
   for (auto& u : impl_->units)
     for (auto& fp : u->flats) {
+      if (fp->frozen()) continue;
       const double s = sum_of_squares(fp->grad_shard());
       (u->kind == UnitKind::Ignored ? whole : sharded) += s;
     }
@@ -321,7 +330,7 @@ std::vector<std::vector<at::Tensor>>& Engine::residual_staging(bool gather) {
       for (auto& t : per)
         if (!t.defined() || t.numel() != L) t = at::zeros({L}, at::kFloat);
       if (!gather) continue;
-      if (u->kind == UnitKind::Ignored) {  // not quantized: nothing left over
+      if (u->kind == UnitKind::Ignored || fp->frozen()) {  // not quantized / no gradient: nothing left over
         for (auto& t : per) t.zero_();
         continue;
       }
@@ -342,7 +351,7 @@ void Engine::load_residuals() {
   for (auto& u : impl_->units)
     for (auto& fp : u->flats) {
       ST_CHECK(i < staged.size() && static_cast<int>(staged[i].size()) == R, "load_residuals: nothing staged");
-      if (u->kind != UnitKind::Ignored) impl_->zpp->residual(*fp).copy_(staged[i][u->replicate->rank()]);
+      if (u->kind != UnitKind::Ignored && !fp->frozen()) impl_->zpp->residual(*fp).copy_(staged[i][u->replicate->rank()]);
       ++i;
     }
 }
@@ -400,7 +409,7 @@ std::vector<std::vector<at::Tensor>>& Engine::diloco_staging(const OptStateFn& o
     d.resize(per);
     for (auto& t : d)
       if (!t.defined() || t.numel() != L) t = at::zeros({L}, at::kFloat);
-    if (!gather) continue;
+    if (!gather || flats[i]->frozen()) continue;  // a frozen flat has no DiLoCo state (checkpoints skip it)
     d[0].copy_(m.outer->outer(i));
     d[1].copy_(m.outer->momentum(i));
     // Every replica's copy of a shard-sized vector into d[first + k].
@@ -443,6 +452,7 @@ void Engine::load_diloco(const OptStateFn& opt_state, size_t opt_states, const s
   const std::vector<FlatParam*> flats = flat_params();
   auto& d = m.diloco_host;
   for (size_t i = 0; i < flats.size(); ++i) {
+    if (flats[i]->frozen()) continue;
     m.outer->outer(i).copy_(flats[i]->master());
     if (present[0]) m.outer->momentum(i).copy_(d.at(i).at(1));
     else m.outer->momentum(i).zero_();

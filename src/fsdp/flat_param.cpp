@@ -39,7 +39,8 @@ FlatParam::FlatParam(const FlatPlan& plan, const ModuleTree& tree, int shard_ran
       shard_numel_(plan.shard_numel),
       shard_rank_(plan.shard_size > 1 ? shard_rank : 0),
       shard_size_(plan.shard_size),
-      offloaded_(offload) {
+      offloaded_(offload),
+      frozen_(plan.frozen) {
   for (const ParamPlan& p : plan.params) {
     ParamSlot s;
     s.name = p.name;
@@ -60,11 +61,12 @@ FlatParam::FlatParam(const FlatPlan& plan, const ModuleTree& tree, int shard_ran
     }
   }
   // Offloaded state on a CUDA device goes to pinned host memory (asynchronous copies).
+  const at::ScalarType master_dtype = frozen_ ? dtype_ : at::kFloat;
   const at::TensorOptions host_state =
-      at::TensorOptions().dtype(at::kFloat).pinned_memory(offload && device.is_cuda());
-  const at::TensorOptions state = offload ? host_state : at::TensorOptions().dtype(at::kFloat).device(device);
+      at::TensorOptions().dtype(master_dtype).pinned_memory(offload && device.is_cuda());
+  const at::TensorOptions state = offload ? host_state : at::TensorOptions().dtype(master_dtype).device(device);
   if (aliases_master()) {
-    master_ = whole.to(device);  // the same tensor on a CPU device
+    master_ = whole.to(device, master_dtype);  // the same tensor for fp32 on a CPU device
     full_ = master_;
   } else {
     at::Tensor mine = whole.narrow(0, shard_rank_ * shard_numel_, shard_numel_);
@@ -72,15 +74,15 @@ FlatParam::FlatParam(const FlatPlan& plan, const ModuleTree& tree, int shard_ran
       master_ = at::empty({shard_numel_}, host_state);
       master_.copy_(mine);
     } else {
-      master_ = device.is_cpu() ? mine.clone() : mine.to(device);
+      master_ = device.is_cpu() && master_dtype == at::kFloat ? mine.clone() : mine.to(device, master_dtype);
     }
     full_ = at::empty({padded_}, at::TensorOptions().dtype(dtype_).device(device));
   }
   whole = at::Tensor();
-  grad_shard_ = at::zeros({shard_numel_}, state);
+  if (!frozen_) grad_shard_ = at::zeros({shard_numel_}, state);
   for (auto& s : slots_) {
     s.param = storage_alias(full_, s.offset, s.shape);
-    s.param.requires_grad_(true);
+    s.param.requires_grad_(!frozen_);
     for (auto& [module, local] : s.owners) ModuleAccess::params(*module)[local] = s.param;
   }
   if (aliases_master()) {
@@ -92,7 +94,7 @@ FlatParam::FlatParam(const FlatPlan& plan, const ModuleTree& tree, int shard_ran
   stale_ = true;
 }
 
-bool FlatParam::aliases_master() const { return fsdp::aliases_master(shard_size_, dtype_, offloaded_); }
+bool FlatParam::aliases_master() const { return fsdp::aliases_master(shard_size_, dtype_, offloaded_, frozen_); }
 
 int64_t FlatParam::live_full_bytes() const {
   if (!full_.defined()) return 0;

@@ -23,6 +23,14 @@ OuterSync::OuterSync(const ReplicaSync& rs, const Compression& c,
     for (FlatParam* fp : flats_by_unit[u]) {
       PerFlat p;
       p.fp = fp;
+      if (fp->frozen()) {
+        // Nothing trains, nothing is averaged: in no fragment, with empty outer state.
+        p.fragment = -1;
+        p.outer = at::empty({0}, fp->master().options().dtype(at::kFloat));
+        p.momentum = p.outer;
+        flats_.push_back(std::move(p));
+        continue;
+      }
       p.fragment = fragment_of_unit(u, units, rs.fragments);
       // Every replica starts from the same masters (the init is the same at any world size).
       p.outer = fp->master().clone();

@@ -150,6 +150,17 @@ at::Tensor Engine::Impl::run_forward(Unit& u, const at::Tensor& input, const Uni
   at::Tensor x = input;
   if (x.defined() && x.is_floating_point() && x.scalar_type() != opts.mp.param_dtype) x = x.to(opts.mp.param_dtype);
   const bool grad = torch::autograd::GradMode::is_enabled();
+  if (grad && u.has_frozen && u.kind != UnitKind::Root && x.defined() && x.requires_grad()) {
+    // Frozen weights carry the gradient to the input after the trainable ones may all have
+    // landed: post_backward waits for the input's gradient too (unit.h).
+    u.awaits_input = true;
+    Unit* up = &u;
+    x.register_hook([this, up](const at::Tensor&) {
+      Scope scope(*this);
+      up->awaits_input = false;
+      if (up->grads_landed >= up->num_params) post_backward(*up);
+    });
+  }
   at::Tensor out = (opts.activation_checkpointing && u.kind != UnitKind::Root && grad && x.defined() && x.is_floating_point())
                        ? run_with_recompute(x, body)
                        : body(x);
@@ -195,6 +206,7 @@ void Engine::Impl::prepare_grads(Unit& u) {
   u.full_grads.assign(u.flats.size(), at::Tensor());
   for (size_t i = 0; i < u.flats.size(); ++i) {
     FlatParam& fp = *u.flats[i];
+    if (fp.frozen()) continue;  // no gradient buffer
     at::Tensor buf;
     if (fp.aliases_master() && !opts.reproducible) {
       buf = fp.grad_shard();  // local accumulation straight into the fp32 gradient
@@ -222,7 +234,7 @@ void Engine::Impl::on_param_ready(Unit& u) {
   Scope scope(*this);
   ST_CHECK(u.state == UnitState::PreBackward || u.state == UnitState::PostBackward, "a parameter of unit '", u.name,
            "' received a gradient outside that unit's backward: is it used outside its unit?");
-  if (++u.grads_landed == u.num_params) post_backward(u);
+  if (++u.grads_landed == u.num_params && !u.awaits_input) post_backward(u);
 }
 
 // PreBackward -> PostBackward (any other state: nothing to do).
@@ -336,6 +348,7 @@ void Engine::Impl::absorb(FlatParam& fp, const at::Tensor& reduced) {
 void Engine::Impl::finish_leaf_sums() {
   for (auto& u : units)
     for (auto& fp : u->flats) {
+      if (fp->frozen()) continue;
       LeafSum& ls = leaf_sums[fp.get()];
       const int64_t leaves = ls.pushes();
       at::Tensor total = ls.take();
@@ -368,11 +381,13 @@ void Engine::Impl::end_backward() {
       // DiLoCo: the trainer scales each leaf's loss by 1 / (the global batch's leaves), and this
       // replica summed only its own 1 / R of them: times R (a power of two, so exact) is its mean.
       for (auto& u : units)
-        for (auto& fp : u->flats) fp->grad_shard().mul_(static_cast<double>(comms.replicate->size()));
+        for (auto& fp : u->flats)
+          if (!fp->frozen()) fp->grad_shard().mul_(static_cast<double>(comms.replicate->size()));
     }
     std::vector<std::pair<comm::Comm*, FlatParam*>> shards;
     for (auto& u : units)
-      for (auto& fp : u->flats) shards.emplace_back(u->replicate, fp.get());
+      for (auto& fp : u->flats)
+        if (!fp->frozen()) shards.emplace_back(u->replicate, fp.get());
     if (zpp) zpp->issue_replica_average(shards);  // ZeRO++ qgZ: takes the flats it averages out of `shards`
     ReplicaAverage avg = average_across_replicas(
         shards, [this](const FlatParam& fp) { return on_comm_device(fp, fp.grad_shard()); }, opts.reproducible);
@@ -384,6 +399,7 @@ void Engine::Impl::end_backward() {
     if (u->reshard_after_backward && u->kind != UnitKind::Ignored) reshard(*u);
     u->state = UnitState::Idle;
     u->grads_landed = 0;
+    u->awaits_input = false;
   }
   phase = Phase::Idle;
 }

@@ -41,8 +41,12 @@ ShardedOptimizer::ShardedOptimizer(Engine& engine, OptimizerConfig cfg)
     if (kind_ == OptimizerKind::AdamW) cfg_.adamw.validate();
     else cfg_.sgd.validate();
     for (FlatParam* fp : flats_) {
-      masks_.push_back(shard_decay_mask(*fp, cfg_.no_decay));
+      masks_.push_back(fp->frozen() ? optim::DecayMask::none() : shard_decay_mask(*fp, cfg_.no_decay));
       DeviceState d;
+      if (fp->frozen()) {  // no state: an empty entry keeps the indices those of engine.flat_params()
+        dev_.push_back(std::move(d));
+        continue;
+      }
       if (kind_ == OptimizerKind::AdamW) {
         const std::vector<int64_t> b = optim::decay_bounds(masks_.back(), cfg_.adamw);
         d.exp_avg = at::zeros_like(fp->master());
@@ -56,11 +60,13 @@ ShardedOptimizer::ShardedOptimizer(Engine& engine, OptimizerConfig cfg)
     return;
   }
   for (FlatParam* fp : flats_) {
-    masks_.push_back(shard_decay_mask(*fp, cfg_.no_decay));
+    // A frozen flat: a kernel over no elements, so the indices stay those of engine.flat_params().
+    const int64_t n = fp->frozen() ? 0 : fp->shard_numel();
+    masks_.push_back(fp->frozen() ? optim::DecayMask::none() : shard_decay_mask(*fp, cfg_.no_decay));
     if (kind_ == OptimizerKind::AdamW)
-      adamw_.push_back(std::make_unique<optim::FusedAdamW>(fp->shard_numel(), cfg_.adamw));
+      adamw_.push_back(std::make_unique<optim::FusedAdamW>(n, cfg_.adamw));
     else
-      sgd_.push_back(std::make_unique<optim::FusedSGD>(fp->shard_numel(), cfg_.sgd));
+      sgd_.push_back(std::make_unique<optim::FusedSGD>(n, cfg_.sgd));
   }
 }
 
@@ -72,12 +78,13 @@ void ShardedOptimizer::step_host_threaded(float lr) {
     int64_t begin, end;
   };
   int64_t total = 0;
-  for (FlatParam* fp : flats_) total += fp->shard_numel();
+  for (FlatParam* fp : flats_)
+    if (!fp->frozen()) total += fp->shard_numel();
   const int threads = host_threads();
   const int64_t target = std::max<int64_t>(1 << 16, total / (4 * threads) + 1);
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < flats_.size(); ++i)
-    for (int64_t b = 0; b < flats_[i]->shard_numel(); b += target)
+    for (int64_t b = 0; !flats_[i]->frozen() && b < flats_[i]->shard_numel(); b += target)
       chunks.push_back({i, b, std::min(flats_[i]->shard_numel(), b + target)});
   const int64_t step = adamw_.front()->steps_taken() + 1;
   std::atomic<size_t> next{0};
@@ -116,6 +123,7 @@ void ShardedOptimizer::step_on_device(float lr) {
   for (size_t i = 0; i < flats_.size(); ++i) {
     FlatParam& fp = *flats_[i];
     DeviceState& d = dev_[i];
+    if (fp.frozen()) continue;
     if (kind_ == OptimizerKind::Sgd) {
       // The Kokkos kernel's operations (sgd.cpp), as tensor operations: the decayed ranges take
       // d = g + wd*p, then the momentum buffer (a copy of d on the first step), then p -= lr*d.
@@ -156,7 +164,8 @@ void ShardedOptimizer::step_on_device(float lr) {
 void ShardedOptimizer::step(float lr) {
   // Every master changes: each is taken for writing here, on this thread (the host kernels
   // write from several), which tells its flat that the next forward must gather it again.
-  for (FlatParam* fp : flats_) fp->write_master();
+  for (FlatParam* fp : flats_)
+    if (!fp->frozen()) fp->write_master();
   if (on_device_) {
     step_on_device(lr);
     return;
@@ -167,6 +176,11 @@ void ShardedOptimizer::step(float lr) {
   }
   for (size_t i = 0; i < flats_.size(); ++i) {
     FlatParam& fp = *flats_[i];
+    if (fp.frozen()) {  // nothing to step; the step count stays the same on every kernel
+      if (kind_ == OptimizerKind::AdamW) adamw_[i]->set_steps_taken(adamw_[i]->steps_taken() + 1);
+      else sgd_[i]->set_steps_taken(sgd_[i]->steps_taken() + 1);
+      continue;
+    }
     float* p = fp.write_master().data_ptr<float>();
     const float* g = fp.grad_shard().data_ptr<float>();
     if (kind_ == OptimizerKind::AdamW)
@@ -207,6 +221,7 @@ std::vector<std::string> ShardedOptimizer::state_names() const {
 
 at::Tensor ShardedOptimizer::state_tensor(size_t flat_index, size_t state_index) {
   ST_CHECK(state_index < state_names().size(), "optimizer state ", state_index, " of ", state_names().size());
+  if (flats_.at(flat_index)->frozen()) return at::empty({0}, at::TensorOptions().dtype(at::kFloat));
   if (on_device_) {
     const DeviceState& d = dev_.at(flat_index);
     if (kind_ == OptimizerKind::Sgd) return d.momentum;

@@ -43,7 +43,13 @@ struct Unit {
   comm::Comm* replicate = nullptr;  // cross-replica gradient average
   std::vector<std::unique_ptr<FlatParam>> flats;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep alive (weakly held)
-  int num_params = 0;
+  int num_params = 0;    // trainable parameters: post_backward when all their gradients landed
+  // A unit with frozen parameters: frozen weights are still read in backward by the nodes that
+  // carry the gradient to the unit's input, after its last trainable gradient may have landed.
+  // When its input needs a gradient, post_backward also waits for that gradient (the input's
+  // hook), which autograd computes only once every node of the unit between output and input ran.
+  bool has_frozen = false;
+  bool awaits_input = false;  // this backward: the input's gradient is still to come
   int order_index = -1;  // position in the recorded forward order
 
   UnitState state = UnitState::Idle;

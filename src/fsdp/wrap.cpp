@@ -12,8 +12,8 @@ namespace shardtrain::fsdp {
 
 int64_t padded_numel(int64_t numel, int S) { return std::max<int64_t>(S, (numel + S - 1) / S * S); }
 
-bool aliases_master(int shard_size, at::ScalarType dtype, bool offloaded) {
-  return shard_size == 1 && dtype == at::kFloat && !offloaded;
+bool aliases_master(int shard_size, at::ScalarType dtype, bool offloaded, bool frozen) {
+  return shard_size == 1 && (dtype == at::kFloat || frozen) && !offloaded;
 }
 
 int64_t UnitPlan::numel() const {
@@ -26,6 +26,17 @@ int UnitPlan::num_params() const {
   int n = 0;
   for (const auto& f : flats) n += static_cast<int>(f.params.size());
   return n;
+}
+
+int UnitPlan::num_trainable_params() const {
+  int n = 0;
+  for (const auto& f : flats)
+    if (!f.frozen) n += static_cast<int>(f.params.size());
+  return n;
+}
+
+bool UnitPlan::has_frozen() const {
+  return std::any_of(flats.begin(), flats.end(), [](const FlatPlan& f) { return f.frozen; });
 }
 
 ModuleTree module_tree(torch::nn::Module& root) {
@@ -55,10 +66,11 @@ bool under(const std::string& name, const std::string& prefix) {
 }
 
 FlatPlan make_flat(const ModuleTree& tree, const std::vector<int>& members, at::ScalarType dtype, int S,
-                   bool offload) {
+                   bool offload, bool frozen) {
   FlatPlan f;
   f.dtype = dtype;
   f.shard_size = S;
+  f.frozen = frozen;
   for (int pi : members) {
     const at::Tensor& t = tree.params[pi].tensor;
     ParamPlan p;
@@ -72,9 +84,11 @@ FlatPlan make_flat(const ModuleTree& tree, const std::vector<int>& members, at::
   }
   f.padded = padded_numel(f.numel, S);
   f.shard_numel = f.padded / S;
-  f.aliases_master = aliases_master(S, dtype, offload);
+  f.aliases_master = aliases_master(S, dtype, offload, frozen);
   return f;
 }
+
+bool is_frozen(const ModuleTree& tree, int pi) { return !tree.params[pi].tensor.requires_grad(); }
 
 }  // namespace
 
@@ -130,14 +144,19 @@ std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& op
     u.kind = ui == 0 ? UnitKind::Root : UnitKind::Block;
     u.module = unit_module[ui];
     u.name = u.is_root() ? "<root>" : modules[u.module].first;
-    // Split by dtype: keep_fp32 parameters stay fp32 under mixed precision.
-    std::vector<int> compute, fp32;
-    for (int pi : members[ui]) {
-      const bool keep = opts.mp.param_dtype != at::kFloat && matches_any(params[pi].name, opts.mp.keep_fp32);
-      (keep ? fp32 : compute).push_back(pi);
+    // Split by training (frozen apart) and by dtype: keep_fp32 parameters stay fp32 under mixed
+    // precision.
+    for (const bool frozen : {false, true}) {
+      std::vector<int> compute, fp32;
+      for (int pi : members[ui]) {
+        if (is_frozen(tree, pi) != frozen) continue;
+        const bool keep = opts.mp.param_dtype != at::kFloat && matches_any(params[pi].name, opts.mp.keep_fp32);
+        (keep ? fp32 : compute).push_back(pi);
+      }
+      if (!compute.empty())
+        u.flats.push_back(make_flat(tree, compute, opts.mp.param_dtype, S, opts.cpu_offload, frozen));
+      if (!fp32.empty()) u.flats.push_back(make_flat(tree, fp32, at::kFloat, S, opts.cpu_offload, frozen));
     }
-    if (!compute.empty()) u.flats.push_back(make_flat(tree, compute, opts.mp.param_dtype, S, opts.cpu_offload));
-    if (!fp32.empty()) u.flats.push_back(make_flat(tree, fp32, at::kFloat, S, opts.cpu_offload));
     units.push_back(std::move(u));
   }
   if (!ignored.empty()) {
@@ -145,7 +164,12 @@ std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& op
     u.name = "<ignored>";
     u.kind = UnitKind::Ignored;
     // Kept whole on every rank (group size 1), in fp32, its gradient averaged like DDP.
-    u.flats.push_back(make_flat(tree, ignored, at::kFloat, 1, opts.cpu_offload));
+    for (const bool frozen : {false, true}) {
+      std::vector<int> some;
+      for (int pi : ignored)
+        if (is_frozen(tree, pi) == frozen) some.push_back(pi);
+      if (!some.empty()) u.flats.push_back(make_flat(tree, some, at::kFloat, 1, opts.cpu_offload, frozen));
+    }
     units.push_back(std::move(u));
   }
   return units;

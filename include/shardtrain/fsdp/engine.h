@@ -47,8 +47,9 @@ inline constexpr int64_t kNormChunkElems = int64_t{1} << 20;
 
 // Bytes by category on this rank, from the engine's own bookkeeping.
 struct MemoryStats {
-  int64_t master_bytes = 0;         // fp32 parameter shards (incl. ignored, kept whole)
-  int64_t grad_bytes = 0;           // fp32 gradient shards
+  int64_t master_bytes = 0;         // fp32 parameter shards of trainable flats (incl. ignored, kept whole)
+  int64_t grad_bytes = 0;           // fp32 gradient shards (trainable flats only)
+  int64_t frozen_bytes = 0;         // frozen shards, in their compute dtype (FlatParam::frozen)
   int64_t live_unsharded_bytes = 0; // unsharded parameter buffers allocated now
   int64_t peak_unsharded_bytes = 0; // their peak since reset_peaks()
   int64_t live_grad_buffer_bytes = 0;  // unsharded gradient buffers allocated now

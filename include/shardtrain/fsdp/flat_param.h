@@ -34,6 +34,10 @@ struct ParamSlot {
 // compute dtype is fp32, `full` and `master` share one storage and nothing is freed (not under
 // cpu_offload, where the master stays in host memory).
 //
+// A frozen flat (FlatPlan::frozen: parameters that do not train) keeps its shard in the compute
+// dtype instead of fp32, has no gradient shard and its parameters do not require gradients; with
+// S == 1 (not offloaded) it is its own unsharded buffer in any dtype.
+//
 // The layout is fixed at construction. The master shard is read through master() and written
 // only through write_master(), which marks the unsharded copy stale: whoever changes the weights
 // (the optimizer, a checkpoint load, an import) cannot forget that the next forward must
@@ -64,17 +68,19 @@ class FlatParam {
   // Master and gradient shard kept apart from `full` in host memory (cpu_offload).
   bool offloaded() const { return offloaded_; }
   bool aliases_master() const;  // fsdp::aliases_master (wrap.h) of this flat
+  // Does not train: master in dtype(), no gradient shard (grad_shard() undefined).
+  bool frozen() const { return frozen_; }
   int64_t full_bytes() const { return padded_ * static_cast<int64_t>(c10::elementSize(dtype_)); }
 
   // ---- data ---------------------------------------------------------------------------
-  // fp32 [L] (host, pinned on CUDA, when offloaded).
+  // fp32 [L] (host, pinned on CUDA, when offloaded); a frozen flat's in dtype().
   const at::Tensor& master() const { return master_; }
   // The master for writing; marks the unsharded copy stale (see the class comment).
   at::Tensor& write_master() {
     stale_ = true;
     return master_;
   }
-  // fp32 [L], accumulates over micro-batches (host when offloaded).
+  // fp32 [L], accumulates over micro-batches (host when offloaded). Undefined when frozen.
   at::Tensor& grad_shard() { return grad_shard_; }
   const at::Tensor& grad_shard() const { return grad_shard_; }
   // dtype [padded] on the engine's device; storage 0 bytes while sharded.
@@ -106,6 +112,7 @@ class FlatParam {
   int64_t numel_ = 0, padded_ = 0, shard_numel_ = 0;
   int shard_rank_ = 0, shard_size_ = 1;
   bool offloaded_ = false;
+  bool frozen_ = false;
   at::Tensor master_, grad_shard_, full_;
   State state_ = State::Sharded;
   bool stale_ = true;  // master changed since `full` was filled

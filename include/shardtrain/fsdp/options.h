@@ -110,6 +110,10 @@ struct EngineOptions {
   bool reproducible = false;
   Compression compression;
   ReplicaSync replica_sync;
+  // Whether a checkpoint (ckpt::view_snapshot / staged_snapshot) holds the frozen flats too: a
+  // train.freeze run's checkpoint is the whole model; an adapter run's (LoRA) holds what trains
+  // and identifies its base instead of storing it.
+  bool checkpoint_frozen = true;
   // This rank's host (runtime::Topology::host_id): the byte counters split what each rank sends
   // into inside and between nodes by it. -1: unknown, everything counts as inside the node.
   int host_id = -1;

@@ -20,10 +20,12 @@ namespace shardtrain::fsdp {
 // of S that holds them, and at least S (every rank owns padded / S elements).
 int64_t padded_numel(int64_t numel, int S);
 
-// Whether a flat's unsharded buffer and its fp32 master are one storage: a flat nobody shards
-// (S == 1), in fp32, and not offloaded (cpu_offload keeps the master in host memory). Nothing is
-// then gathered or freed, and gradients accumulate straight into the gradient shard.
-bool aliases_master(int shard_size, at::ScalarType dtype, bool offloaded);
+// Whether a flat's unsharded buffer and its master are one storage: a flat nobody shards
+// (S == 1), not offloaded (cpu_offload keeps the master in host memory), whose master is in its
+// compute dtype: fp32, or any dtype when frozen (a frozen flat's master is kept in the compute
+// dtype). Nothing is then gathered or freed, and gradients accumulate straight into the gradient
+// shard.
+bool aliases_master(int shard_size, at::ScalarType dtype, bool offloaded, bool frozen = false);
 
 // The modules of a tree in pre-order with their qualified paths (the root first, path ""), and
 // its distinct parameters (tied weights once, by TensorImpl) in discovery order (modules in
@@ -58,6 +60,12 @@ struct FlatPlan {
   int64_t shard_numel = 0;            // padded / shard_size: what each rank of the group owns
   int shard_size = 1;                 // the shard group (1 for the ignored group)
   bool aliases_master = false;        // see fsdp::aliases_master
+  // Parameters that do not train (requires_grad false at wrap time: train.freeze, a LoRA base):
+  // the shard is kept in the compute dtype (no fp32 master), with no gradient, no optimizer
+  // state and no reduction; it is only gathered.
+  bool frozen = false;
+  // Bytes of this rank's shard at rest: fp32 masters, frozen shards in their compute dtype.
+  int64_t shard_bytes() const { return shard_numel * (frozen ? elem_bytes() : 4); }
   int64_t elem_bytes() const { return static_cast<int64_t>(c10::elementSize(dtype)); }
   int64_t full_bytes() const { return padded * elem_bytes(); }  // the unsharded buffer
 };
@@ -73,9 +81,13 @@ struct UnitPlan {
   UnitKind kind = UnitKind::Block;
   bool is_root() const { return kind == UnitKind::Root; }
   bool is_ignored() const { return kind == UnitKind::Ignored; }
-  std::vector<FlatPlan> flats;   // compute dtype first, then fp32 (keep_fp32 under mixed precision)
+  // Trainable parameters first (compute dtype, then fp32 for keep_fp32 under mixed precision),
+  // then frozen ones in the same two dtypes; only the kinds the unit has.
+  std::vector<FlatPlan> flats;
   int64_t numel() const;
   int num_params() const;
+  int num_trainable_params() const;  // the parameters whose gradients the unit waits for
+  bool has_frozen() const;
 };
 
 // The units of `tree` under `opts` (wrap_types / min_num_params, ignored, mp.param_dtype,
@@ -84,7 +96,8 @@ struct UnitPlan {
 // pre-order, then the ignored group (if any parameter matches `opts.ignored`; kept whole, group
 // size 1). Wrapping walks the modules bottom-up: a Hookable module becomes a unit when its
 // Module::name() is in wrap_types, or when its not-yet-claimed, not-ignored parameters number at
-// least min_num_params; each parameter belongs to the innermost unit that contains it.
+// least min_num_params; each parameter belongs to the innermost unit that contains it. A
+// parameter whose requires_grad is false is frozen (FlatPlan::frozen): it gets flats of its own.
 std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& opts, int shard_size);
 std::vector<UnitPlan> plan_units(torch::nn::Module& root, const EngineOptions& opts, int shard_size);
 
