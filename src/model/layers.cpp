@@ -40,18 +40,44 @@ at::Tensor& add_param(torch::nn::Module& module, const std::string& name,
       name, at::empty(shape, at::TensorOptions().device(device).dtype(at::kFloat)));
 }
 
+namespace {
+// One LoRA factor: a module holding only "weight" (PEFT's lora_A / lora_B are bias-free nn.Linear).
+struct LoraFactor : ParamModule {
+  LoraFactor(int64_t rows, int64_t cols, c10::Device device) { add_param(*this, "weight", {rows, cols}, device); }
+};
+}  // namespace
+
+void LoraBranch::attach(torch::nn::Module& layer, int64_t in, int64_t out, int64_t rank, double scale, double dropout,
+                        c10::Device device) {
+  ST_CHECK(!on(), "LoRA attached twice to ", layer.name());
+  a_ = layer.register_module("lora_A", std::make_shared<LoraFactor>(rank, in, device));
+  b_ = layer.register_module("lora_B", std::make_shared<LoraFactor>(out, rank, device));
+  scale_ = scale;
+  dropout_ = dropout;
+}
+
+at::Tensor LoraBranch::add_to(const at::Tensor& y, const at::Tensor& x, bool training) const {
+  // PEFT: result + lora_B(lora_A(dropout(x))) * scaling, in that order.
+  const at::Tensor low = model::linear(maybe_dropout(x, dropout_, training), dict_param(*a_, "weight"));
+  return y + model::linear(low, dict_param(*b_, "weight")) * scale_;
+}
+
+void LinearLayer::add_lora(int64_t rank, double scale, double dropout) {
+  lora_.attach(*this, in_, out_, rank, scale, dropout, param("weight").device());
+}
+
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias, c10::Device device)
-    : has_bias_(bias) {
+    : LinearLayer(in_features, out_features), has_bias_(bias) {
   add_param(*this, "weight", {out_features, in_features}, device);
   if (bias) add_param(*this, "bias", {out_features}, device);
 }
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
-  if (has_bias_) return model::linear(x, param("weight"), param("bias"));
-  return model::linear(x, param("weight"));
+  at::Tensor y = has_bias_ ? model::linear(x, param("weight"), param("bias")) : model::linear(x, param("weight"));
+  return with_lora(y, x);
 }
 
-Conv1D::Conv1D(int64_t in_features, int64_t out_features, c10::Device device) {
+Conv1D::Conv1D(int64_t in_features, int64_t out_features, c10::Device device) : LinearLayer(in_features, out_features) {
   add_param(*this, "weight", {in_features, out_features}, device);
   add_param(*this, "bias", {out_features}, device);
 }
@@ -60,7 +86,7 @@ at::Tensor Conv1D::forward(const at::Tensor& x) const {
   const at::Tensor& w = param("weight");
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = w.size(1);
-  return model::addmm(param("bias"), x.reshape({-1, w.size(0)}), w).view(out_shape);
+  return with_lora(model::addmm(param("bias"), x.reshape({-1, w.size(0)}), w).view(out_shape), x);
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, c10::Device device) : dim_(dim), eps_(eps) {

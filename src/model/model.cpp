@@ -5,11 +5,13 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <iterator>
 #include <map>
 
 #include "shardtrain/model/gpt2.h"
 #include "shardtrain/model/llama.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/vit.h"
 #include "shardtrain/util/error.h"
 
@@ -21,6 +23,16 @@ at::Tensor Model::loss(const at::Tensor& input, const at::Tensor& targets) {
   logits = logits.to(at::kFloat);
   if (logits.dim() == 3) return at::cross_entropy_loss(logits.flatten(0, 1), targets.flatten());
   return at::cross_entropy_loss(logits, targets);
+}
+
+ParamInit Model::init_rule(const std::string& name) const {
+  // PEFT's reset_lora_parameters: lora_A kaiming_uniform_(a = sqrt(5)), lora_B zeros.
+  static const std::string a = ".lora_A.weight";
+  if (is_lora_param(name)) {
+    const bool is_a = name.compare(name.size() - a.size(), a.size(), a) == 0;
+    return {is_a ? ParamInit::Kind::FanInUniform : ParamInit::Kind::Zeros, 0.0};
+  }
+  return init_for(name);
 }
 
 at::Tensor Model::loss_sum(const at::Tensor& input, const at::Tensor& targets) {
@@ -233,6 +245,7 @@ int64_t parameter_count(const ModelSpec& spec) {
 std::shared_ptr<Model> build_model(const ModelSpec& spec, at::Device device) {
   const ModelSpec s = resolve_spec(spec);
   std::shared_ptr<Model> model = arch_of(s.arch).build(s, device);
+  apply_finetune(*model, s.finetune);
   if (!device.is_meta()) init_parameters(*model, /*run_seed=*/0);
   return model;
 }
@@ -259,6 +272,11 @@ void init_parameter(at::Tensor& param, const ParamInit& rule, uint64_t seed) {
     case K::Uniform: values.uniform_(-rule.scale, rule.scale, gen); break;
     case K::Zeros: values.zero_(); break;
     case K::Ones: values.fill_(1.0); break;
+    case K::FanInUniform: {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(values.dim() > 1 ? values.size(1) : 1));
+      values.uniform_(-bound, bound, gen);
+      break;
+    }
   }
   param.copy_(values);
 }
@@ -266,7 +284,7 @@ void init_parameter(at::Tensor& param, const ParamInit& rule, uint64_t seed) {
 void init_parameters(Model& model, uint64_t run_seed) {
   for (auto& item : model.named_parameters()) {
     at::Tensor& p = item.value();
-    init_parameter(p, model.init_for(item.key()), param_seed(run_seed, item.key()));
+    init_parameter(p, model.init_rule(item.key()), param_seed(run_seed, item.key()));
   }
 }
 

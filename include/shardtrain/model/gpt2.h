@@ -58,6 +58,8 @@ class GPT2 : public Model {
   at::Tensor forward(const at::Tensor& input) override;
   ParamInit init_for(const std::string& name) const override;
   std::vector<std::string> block_types() const override { return {GPT2Block::kTypeName}; }
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the architecture.
+  std::vector<std::string> default_lora_targets() const override { return {"c_attn"}; }
   double train_flops_per_token(int64_t seq_len) const override;
   ActivationBytes activation_bytes(const CostQuery& q) const override;
 

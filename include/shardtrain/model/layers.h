@@ -36,8 +36,43 @@ class ParamModule : public torch::nn::Module {
   const at::Tensor& param(const std::string& name) const { return dict_param(*this, name); }
 };
 
+// LoRA's low-rank branch on a linear layer, as Hugging Face PEFT's lora.Linear computes it:
+// y + s * B(A(dropout(x))), A [r, in] and B [out, r] registered on the layer as the submodules
+// lora_A and lora_B, each holding a "weight", so their names are PEFT's
+// (<layer>.lora_A.weight, <layer>.lora_B.weight). Off until attached.
+class LoraBranch {
+ public:
+  void attach(torch::nn::Module& layer, int64_t in, int64_t out, int64_t rank, double scale, double dropout,
+              c10::Device device);
+  bool on() const { return a_ != nullptr; }
+  at::Tensor add_to(const at::Tensor& y, const at::Tensor& x, bool training) const;
+
+ private:
+  std::shared_ptr<torch::nn::Module> a_, b_;
+  double scale_ = 0, dropout_ = 0;
+};
+
+// What LoRA needs of a linear layer: its sizes and where to attach the branch.
+class LinearLayer : public ParamModule {
+ public:
+  LinearLayer(int64_t in_features, int64_t out_features) : in_(in_features), out_(out_features) {}
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  void add_lora(int64_t rank, double scale, double dropout);
+  bool has_lora() const { return lora_.on(); }
+
+ protected:
+  at::Tensor with_lora(const at::Tensor& y, const at::Tensor& x) const {
+    return lora_.on() ? lora_.add_to(y, x, is_training()) : y;
+  }
+
+ private:
+  int64_t in_, out_;
+  LoraBranch lora_;
+};
+
 // y = x W^T + b, weight [out, in] (torch.nn.Linear layout).
-class Linear : public ParamModule {
+class Linear : public LinearLayer {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias, c10::Device device);
   at::Tensor forward(const at::Tensor& x) const;
@@ -46,8 +81,9 @@ class Linear : public ParamModule {
   bool has_bias_;
 };
 
-// GPT-2's Conv1D: y = x W + b, weight [in, out] (the transpose of Linear's layout).
-class Conv1D : public ParamModule {
+// GPT-2's Conv1D: y = x W + b, weight [in, out] (the transpose of Linear's layout). Its LoRA
+// branch is Linear's (PEFT's fan_in_fan_out: A [r, in], B [out, r]); merged, B A is transposed.
+class Conv1D : public LinearLayer {
  public:
   Conv1D(int64_t in_features, int64_t out_features, c10::Device device);
   at::Tensor forward(const at::Tensor& x) const;

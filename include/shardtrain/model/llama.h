@@ -72,6 +72,8 @@ class Llama : public Model {
   at::Tensor forward(const at::Tensor& input) override;
   ParamInit init_for(const std::string& name) const override;
   std::vector<std::string> block_types() const override { return {LlamaDecoderLayer::kTypeName}; }
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the architecture.
+  std::vector<std::string> default_lora_targets() const override { return {"q_proj", "v_proj"}; }
   std::vector<std::string> no_decay_patterns() const override { return {"norm", ".bias"}; }
   std::vector<std::string> norm_param_patterns() const override { return {"norm"}; }
   double train_flops_per_token(int64_t seq_len) const override;

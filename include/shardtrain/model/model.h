@@ -16,8 +16,36 @@ namespace shardtrain::model {
 // How one parameter is initialised. The engine fills each parameter from a generator
 // seeded by (run seed, parameter name), so values do not depend on the world size.
 struct ParamInit {
-  enum class Kind { Normal, Zeros, Ones, Uniform } kind = Kind::Normal;
+  // FanInUniform: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = size(1): torch's
+  // kaiming_uniform_(a = sqrt(5)), PEFT's init of lora_A.
+  enum class Kind { Normal, Zeros, Ones, Uniform, FanInUniform } kind = Kind::Normal;
   double scale = 0.02;  // Normal: std; Uniform: bound (values in [-scale, scale])
+};
+
+// LoRA on a model's linear layers with Hugging Face PEFT's semantics (the deck's [lora]):
+// y = W x (+ b) + s * B(A(dropout(x))) on every target, s = alpha / rank (alpha / sqrt(rank)
+// with rslora), A [rank, in] Kaiming-uniform, B [out, rank] zero.
+struct LoraSpec {
+  int64_t rank = 0;                  // 0 = off
+  double alpha = 8.0;
+  double dropout = 0.0;
+  // Module names ("q_proj": every module so named, or a dotted suffix of its path), globs over
+  // module paths ("model.layers.1*.self_attn.q_proj"), or "all-linear" (every linear layer of
+  // the blocks, as PEFT: not the output layer); empty = the architecture's default_lora_targets.
+  std::vector<std::string> targets;
+  bool rslora = false;
+  bool on() const { return rank > 0; }
+  double scale() const;
+};
+
+// What a fine-tune trains. With LoRA only the adapters and train_also train; train.freeze
+// freezes parameters by name in any run (a partial fine-tune). Frozen parameters have
+// requires_grad false: the FSDP engine keeps them apart (fsdp::FlatPlan::frozen).
+struct Finetune {
+  LoraSpec lora;
+  std::vector<std::string> freeze;      // train.freeze: parameter-name patterns (util/names.h)
+  std::vector<std::string> train_also;  // lora.train_also: parameters trained beside the adapters
+  bool any() const { return lora.on() || !freeze.empty(); }
 };
 
 struct ModelSpec {
@@ -50,6 +78,9 @@ struct ModelSpec {
   // vit
   int64_t image_size = 28, patch_size = 7, channels = 1, num_classes = 10;
   double dropout = 0.0;
+  // Not an architecture field (no model.<name> key): LoRA and what trains, applied by build_model,
+  // recorded with the spec in checkpoints so that eval, generate and resume build the same model.
+  Finetune finetune;
 };
 
 // Every ModelSpec field by name: the deck's `model.<name>` key and the checkpoint's model_spec
@@ -87,8 +118,13 @@ class Model : public torch::nn::Module, public fsdp::Hookable {
   // cross-entropy's ignore index; instruction data's prompt tokens) adds nothing. For losses
   // weighed by counted tokens across micro-batches and ranks (train's loss mask).
   at::Tensor loss_sum(const at::Tensor& input, const at::Tensor& targets);
-  // Init rule of a parameter, by its qualified name (as in named_parameters()).
+  // Init rule of a parameter, by its qualified name (as in named_parameters()): LoRA's adapters
+  // by PEFT's rule, every other parameter by the architecture's init_for.
+  ParamInit init_rule(const std::string& name) const;
+  // The architecture's own init rules (its parameters, not LoRA's).
   virtual ParamInit init_for(const std::string& name) const = 0;
+  // The modules LoRA targets when lora.targets is empty: PEFT's default for the architecture.
+  virtual std::vector<std::string> default_lora_targets() const = 0;
   // Module class names the default wrap policy turns into units (e.g. "GPT2Block").
   virtual std::vector<std::string> block_types() const = 0;
   // Parameter-name patterns of parameters that should stay fp32 (norms), for mixed precision.
@@ -108,7 +144,8 @@ class Model : public torch::nn::Module, public fsdp::Hookable {
   ModelSpec spec_;
 };
 
-// Builds spec.arch on `device`. On at::kMeta nothing is allocated (the engine
+// Builds spec.arch on `device`, with spec.finetune applied (model/lora.h: the adapters, and
+// requires_grad false on what does not train). On at::kMeta nothing is allocated (the engine
 // materialises units itself); on any other device the parameters are filled by
 // init_parameters(model, /*seed=*/0) so the model is usable as is.
 std::shared_ptr<Model> build_model(const ModelSpec& spec, at::Device device);

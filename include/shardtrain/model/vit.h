@@ -60,6 +60,8 @@ class ViT : public Model {
   at::Tensor forward(const at::Tensor& input) override;
   ParamInit init_for(const std::string& name) const override;
   std::vector<std::string> block_types() const override { return {ViTBlock::kTypeName}; }
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the architecture.
+  std::vector<std::string> default_lora_targets() const override { return {"qkv"}; }
   std::vector<std::string> no_decay_patterns() const override {
     return {".bias", "norm", "cls_token", "pos_embed"};
   }
