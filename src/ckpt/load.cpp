@@ -9,6 +9,7 @@
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/blocking_region.h"
+#include "shardtrain/runtime/small_collectives.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
 
@@ -96,19 +97,21 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
       throw UserError(path + ": written with optimizer '" + name + "', this run uses '" + snap.optimizer + "'");
     opt_steps = read_attr_int64(og, attr::kStepsTaken, path + ": group /optim");
     if (opt_steps < 0) throw UserError(path + ": group /optim: negative steps_taken");
-    if (snap.optional_from < ns && !plan.empty()) {
+    // A trained parameter (a frozen one has no optimizer state) tells which states the file has.
+    const auto trained = std::find_if(plan.begin(), plan.end(), [&](const ParamPlan& p) { return !snap.flats[p.flat].frozen; });
+    if (snap.optional_from < ns && trained != plan.end()) {
       for (size_t k = snap.optional_from; k < ns; ++k)
-        present[k] = link_exists(file, optim_path(snap.state_names[k], plan[0].name));
+        present[k] = link_exists(file, optim_path(snap.state_names[k], trained->name));
       // Written by more replicas than this run has: their own states do not fit either.
       // This run's replica count: its own names, fsdp::Engine::diloco_state_names.
       const size_t R = static_cast<size_t>(std::count_if(
           snap.state_names.begin() + static_cast<std::ptrdiff_t>(snap.optional_from), snap.state_names.end(),
           [](const std::string& n) { return n.rfind("diloco.local.r", 0) == 0; }));
-      if (link_exists(file, optim_path("diloco.local.r" + std::to_string(R), plan[0].name)))
+      if (link_exists(file, optim_path("diloco.local.r" + std::to_string(R), trained->name)))
         for (size_t k = snap.optional_from + 1; k < ns; ++k) present[k] = false;
     }
     for (size_t i = 0; i < plan.size(); ++i)
-      for (size_t k = 0; k < ns; ++k)
+      for (size_t k = 0; k < snap.flats[plan[i].flat].states.size(); ++k)
         if (present[k])
           stored[i * (1 + ns) + 1 + k] =
             check_dataset(file, path, optim_path(snap.state_names[k], plan[i].name), Elem::F32, &plan[i].shape).stored;
@@ -128,7 +131,7 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
     for (size_t i = 0; i < plan.size(); ++i) {
       const ParamPlan& p = plan[i];
       const FlatView& v = snap.flats[p.flat];
-      for (size_t k = 0; k <= ns; ++k) {
+      for (size_t k = 0; k <= v.states.size(); ++k) {
         if (k > 0 && !present[k - 1]) continue;
         std::string dpath = k == 0 ? model_path(p.name) : optim_path(snap.state_names[k - 1], p.name);
         float* base = k == 0 ? v.master : v.states[k - 1];
@@ -148,13 +151,11 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
     runtime::BlockingRegion region(world, "load.train_state");
     state = read_train_group(file, path, dxpl);
   }); });
-  {
-    runtime::BlockingRegion region(world, "load.digests");
-    ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
-  }
+  total = local;
+  runtime::sum_u64(world, total, "load.digests");
   runtime::run_agreed(world, [&] {
     for (size_t i = 0; i < plan.size(); ++i)
-      for (size_t k = 0; k <= ns; ++k) {
+      for (size_t k = 0; k <= snap.flats[plan[i].flat].states.size(); ++k) {
         if (k > 0 && !present[k - 1]) continue;
         size_t j = i * (1 + ns) + k;
         if (total[2 * j] != stored[j].sum || total[2 * j + 1] != stored[j].weighted)
@@ -205,6 +206,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
   m.deck_text = read_attr_string(file, attr::kDeck, what);
   if (has_attr(file, attr::kRunId)) m.run_id = read_attr_string(file, attr::kRunId, what);
   if (has_attr(file, attr::kSaveSeq)) m.save_seq = read_attr_int64(file, attr::kSaveSeq, what);
+  if (has_attr(file, attr::kBase)) m.base_json = read_attr_string(file, attr::kBase, what);
   if (link_exists(file, kOptimGroup)) {
     H5Id og(ST_H5_CHECK(H5Gopen2(file, kOptimGroup, H5P_DEFAULT)), H5Gclose);
     m.optimizer = read_attr_string(og, attr::kOptimizerName, what + ": group /optim");

@@ -26,17 +26,20 @@ int64_t estimated_file_bytes(int64_t data_bytes, int64_t datasets, int64_t text_
 
 int64_t estimated_checkpoint_bytes(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt, const CheckpointInfo& info) {
   // The layout only (no data pointers): works for shards in device memory too.
-  int64_t numel = 0, params = 0;
-  for (fsdp::FlatParam* fp : engine.flat_params()) {
-    numel += fp->numel();
-    params += static_cast<int64_t>(fp->slots().size());
-  }
-  // The model, the optimizer's states and the engine's own (residuals, DiLoCo's replica states).
+  // The model, the optimizer's states and the engine's own (residuals, DiLoCo's replica states);
+  // a frozen flat has its parameters only, and an adapter run's checkpoint leaves it out.
   const int64_t arrays = 1 + static_cast<int64_t>(opt.state_names().size() + engine.residual_names().size() +
                                                   engine.diloco_state_names(opt.state_names()).size());
+  int64_t values = 0, datasets = 0;
+  for (fsdp::FlatParam* fp : engine.flat_params()) {
+    if (fp->frozen() && !engine.options().checkpoint_frozen) continue;
+    const int64_t n = fp->frozen() ? 1 : arrays;
+    values += fp->numel() * n;
+    datasets += static_cast<int64_t>(fp->slots().size()) * n;
+  }
   // + the data cursor and RNG states: a few KiB per rank at most, inside the margin below.
-  return estimated_file_bytes(numel * 4 * arrays, params * arrays + 2,
-                              static_cast<int64_t>(info.deck_text.size() + info.model_spec_json.size()));
+  return estimated_file_bytes(values * 4, datasets + 2,
+                              static_cast<int64_t>(info.deck_text.size() + info.model_spec_json.size() + info.base_json.size()));
 }
 
 void check_writable_dir(const std::string& dir, const std::string& what) {

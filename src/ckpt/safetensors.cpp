@@ -204,13 +204,61 @@ std::vector<std::string> safetensors_files(const std::string& path) {
   return {files.begin(), files.end()};
 }
 
-void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm world) {
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), files_(safetensors_files(path)) {
+  for (size_t i = 0; i < files_.size(); ++i)
+    for (auto& e : read_safetensors_header(files_[i])) {
+      if (entries_.count(e.name))
+        throw UserError("safetensors " + path + ": tensor '" + e.name + "' is in both " + files_[entries_[e.name].first] +
+                        " and " + files_[i]);
+      entries_[e.name] = {i, e};
+    }
+  fds_.assign(files_.size(), -1);
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  for (int fd : fds_)
+    if (fd >= 0) ::close(fd);
+}
+
+const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second.second;
+}
+
+at::Tensor SafetensorsReader::read(const std::string& name, int64_t first, int64_t n) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) throw UserError("safetensors " + path_ + ": tensor '" + name + "' is missing");
+  const auto& [fi, e] = it->second;
+  if (!float_dtypes().count(e.dtype))
+    throw UserError("safetensors " + path_ + ": tensor '" + name + "' is " + e.dtype + ", need a floating-point dtype");
+  const int64_t eb = dtype_bytes(e.dtype);
+  ST_CHECK(first >= 0 && n >= 0 && e.begin + (first + n) * eb <= e.end, "safetensors read of ", name, " [", first, ", ",
+           first + n, ") outside the tensor");
+  int& fd = fds_[fi];
+  if (fd < 0) {
+    fd = ::open(files_[fi].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw UserError("safetensors " + files_[fi] + ": cannot open");
+  }
+  at::Tensor raw = at::empty({n}, at::TensorOptions().dtype(float_dtypes().at(e.dtype)));
+  if (n > 0) pread_all(fd, raw.data_ptr(), n * eb, e.begin + first * eb, files_[fi]);
+  return raw.to(at::kFloat);
+}
+
+void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm world, const TensorPick& pick) {
   int rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
   std::vector<fsdp::FlatParam*> flats = engine.flat_params();
+  // Wanted parameters by their name in the file.
   std::map<std::string, std::pair<fsdp::FlatParam*, const fsdp::ParamSlot*>> params;
+  std::map<const fsdp::ParamSlot*, std::string> file_name;
   for (fsdp::FlatParam* fp : flats)
-    for (const auto& s : fp->slots()) params[s.name] = {fp, &s};
+    for (const auto& s : fp->slots()) {
+      if (pick.wanted && !pick.wanted(s.name)) continue;
+      const std::string n = pick.in_file ? pick.in_file(s.name) : s.name;
+      params[n] = {fp, &s};
+      file_name[&s] = n;
+    }
+  const std::string& src = pick.what;
   std::vector<std::string> files;
   std::map<std::string, std::pair<size_t, SafetensorsEntry>> entries;  // name -> (file index, entry)
   // Check everything first; then every rank reads only what its shards cover.
@@ -219,24 +267,27 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
     for (size_t i = 0; i < files.size(); ++i)
       for (auto& e : read_safetensors_header(files[i])) {
         if (entries.count(e.name))
-          throw UserError("safetensors " + path + ": tensor '" + e.name + "' is in both " +
+          throw UserError(src + " " + path + ": tensor '" + e.name + "' is in both " +
                           files[entries[e.name].first] + " and " + files[i]);
         entries[e.name] = {i, e};
       }
     std::vector<std::string> extra;
     for (auto& [name, e] : entries)
-      if (!params.count(name) && name != "lm_head.weight") extra.push_back(name);
+      if (!params.count(name) && (pick.extras_are_errors || name != "lm_head.weight")) extra.push_back(name);
     for (auto& [name, ps] : params) {
       auto it = entries.find(name);
-      if (it == entries.end()) throw UserError("safetensors " + path + ": tensor '" + name + "' is missing");
+      if (it == entries.end()) throw UserError(src + " " + path + ": tensor '" + name + "' is missing");
       const SafetensorsEntry& e = it->second.second;
       if (!float_dtypes().count(e.dtype))
-        throw UserError("safetensors " + path + ": tensor '" + name + "' is " + e.dtype +
+        throw UserError(src + " " + path + ": tensor '" + name + "' is " + e.dtype +
                         ", need a floating-point dtype (F32, BF16, F16, F64)");
       if (e.shape != ps.second->shape)
-        throw UserError("safetensors " + path + ": tensor '" + name + "' has shape " + shape_text(e.shape) +
+        throw UserError(src + " " + path + ": tensor '" + name + "' has shape " + shape_text(e.shape) +
                         ", the model's is " + shape_text(ps.second->shape) + " (is the deck's model the file's?)");
     }
+    if (!extra.empty() && pick.extras_are_errors)
+      throw UserError(src + " " + path + ": tensor '" + extra[0] + "' fits no parameter this run takes from it" +
+                      (extra.size() > 1 ? " (and " + std::to_string(extra.size() - 1) + " more)" : std::string()));
     if (!extra.empty() && rank == 0)
       log::warn(log::fmt("safetensors ", path, ": ", extra.size(), " tensors are not model parameters, ignored (first: ",
                          extra[0], ")"));
@@ -244,15 +295,19 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
   runtime::run_agreed(world, [&] {
     std::vector<Fd> fds(files.size());
     for (fsdp::FlatParam* fp : flats) {
+      if (std::none_of(fp->slots().begin(), fp->slots().end(),
+                       [&](const fsdp::ParamSlot& s) { return file_name.count(&s) > 0; }))
+        continue;  // nothing of this flat is read
       const int64_t sb = static_cast<int64_t>(fp->shard_rank()) * fp->shard_numel(), se = sb + fp->shard_numel();
-      // Shards in device memory: read into a host copy (its padding stays as it was), copy back.
-      const bool on_host = fp->master().device().is_cpu();
-      at::Tensor host = on_host ? fp->write_master() : fp->master().to(at::kCPU);
+      // Shards in device memory, or frozen ones kept in bf16/fp16: read into an fp32 host copy (its
+      // padding stays as it was), copy back.
+      const bool on_host = fp->master().device().is_cpu() && fp->master().scalar_type() == at::kFloat;
+      at::Tensor host = on_host ? fp->write_master() : fp->master().to(at::kCPU, at::kFloat);
       float* master = host.data_ptr<float>();
       for (const auto& s : fp->slots()) {
         int64_t a = std::max(sb, s.offset), b = std::min(se, s.offset + s.numel);
-        if (a >= b) continue;
-        const auto& [fi, e] = entries[s.name];
+        if (a >= b || !file_name.count(&s)) continue;
+        const auto& [fi, e] = entries[file_name[&s]];
         const std::string& file = files[fi];
         if (fds[fi].fd < 0) {
           fds[fi].fd = ::open(file.c_str(), O_RDONLY);

@@ -21,6 +21,7 @@
 #include "shardtrain/ckpt/versions.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/blocking_region.h"
+#include "shardtrain/runtime/small_collectives.h"
 #include "shardtrain/runtime/runtime.h"
 #include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
@@ -58,6 +59,7 @@ nlohmann::json rank0_metadata(const TrainState& st, const CheckpointInfo& info, 
     j[attr::kReplicateSize] = info.replicate_size;
     j[attr::kRunId] = info.run_id;
     j[attr::kSaveSeq] = info.save_seq;
+    j[attr::kBase] = info.base_json;
     text = j.dump();
   }
   int64_t n = static_cast<int64_t>(text.size());
@@ -196,7 +198,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       snapshot_file_bytes(snap) + 8 * static_cast<int64_t>(state.data_cursor.size()) +
           static_cast<int64_t>(state.rng_state.size()),
       static_cast<int64_t>(plan.size() * (1 + snap.state_names.size()) + 2),
-      static_cast<int64_t>(info.deck_text.size() + info.model_spec_json.size()));
+      static_cast<int64_t>(info.deck_text.size() + info.model_spec_json.size() + info.base_json.size()));
   const int64_t free_before = rank == 0 ? io::available_bytes(dir) : -1;  // for messages
   const std::string where = "checkpoint " + tmp + ": ";
   // SHARDTRAIN_TEST_STUCK_SECONDS: test-only, so the tests can see a deadline fire in seconds.
@@ -280,6 +282,8 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
         write_attr_string(file, attr::kRunId, meta[attr::kRunId].get<std::string>());
         write_attr_int64(file, attr::kSaveSeq, meta[attr::kSaveSeq].get<int64_t>());
       }
+      if (!meta[attr::kBase].get<std::string>().empty())
+        write_attr_string(file, attr::kBase, meta[attr::kBase].get<std::string>());
 
       H5Id lcpl(ST_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
       ST_H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
@@ -309,11 +313,12 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       // H5Dwrite), and all ranks agree on the outcome after the loop.
       const size_t ns = snap.state_names.size();
       std::vector<uint64_t> local(plan.size() * (1 + ns) * 2, 0), total(local.size(), 0);
+      std::vector<size_t> slot_of;  // datasets[j]'s digest in local / total
       datasets.reserve(plan.size() * (1 + ns));
       for (size_t i = 0; i < plan.size(); ++i) {
         const ParamPlan& p = plan[i];
         const FlatView& v = snap.flats[p.flat];
-        for (size_t k = 0; k <= ns; ++k) {
+        for (size_t k = 0; k <= v.states.size(); ++k) {  // a frozen parameter: /model only
           std::string dpath = k == 0 ? model_path(p.name) : optim_path(snap.state_names[k - 1], p.name);
           const float* base = k == 0 ? v.master : v.states[k - 1];
           H5Id d;
@@ -347,15 +352,17 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
           size_t slot = (i * (1 + ns) + k) * 2;
           local[slot] = dg.sum;
           local[slot + 1] = dg.weighted;
+          slot_of.push_back(slot);
           datasets.push_back(std::move(d));
         }
       }
       if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
+      total = local;
+      runtime::sum_u64(world, total, "save.digests");
       {
-        runtime::BlockingRegion region(world, "save.digests");
-        ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
+        runtime::BlockingRegion region(world, "save.digests");  // HDF5's collective attribute writes
         for (size_t j = 0; j < datasets.size(); ++j) {
-          write_attr_uint64s(datasets[j], kDigestAttr, {total[2 * j], total[2 * j + 1]});
+          write_attr_uint64s(datasets[j], kDigestAttr, {total[slot_of[j]], total[slot_of[j] + 1]});
           datasets[j].close();
         }
         datasets.clear();

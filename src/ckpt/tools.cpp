@@ -236,13 +236,70 @@ namespace {
 
 int out_dtype_bytes(const std::string& dtype) { return dtype == "F32" ? 4 : 2; }
 
-std::string shard_name(size_t i, size_t n) {
+}  // namespace
+
+std::vector<std::vector<size_t>> safetensors_shard_groups(const std::vector<int64_t>& bytes, int64_t max_shard_bytes) {
+  // Shards in the model's order, each up to max_shard_bytes of tensor data (a larger tensor
+  // alone), as transformers' save_pretrained splits them.
+  std::vector<std::vector<size_t>> shards;
+  int64_t filled = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (shards.empty() || (filled > 0 && filled + bytes[i] > max_shard_bytes)) {
+      shards.emplace_back();
+      filled = 0;
+    }
+    shards.back().push_back(i);
+    filled += bytes[i];
+  }
+  if (shards.empty()) shards.emplace_back();
+  return shards;
+}
+
+std::string safetensors_shard_file(size_t i, size_t n) {
+  if (n == 1) return "model.safetensors";
   char b[64];
   std::snprintf(b, sizeof b, "model-%05zu-of-%05zu.safetensors", i + 1, n);
   return b;
 }
 
-}  // namespace
+std::vector<std::pair<std::string, at::Tensor>> read_model_tensors(const std::string& path,
+                                                                    const std::vector<ExpectedTensor>& expected) {
+  H5Id file = open_checkpoint(path, MPI_COMM_NULL);
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  file_errors_are_user_errors(path, [&] {
+    for (const Entry& e : expected_entries(file, path, expected)) {
+      std::vector<unsigned char> data = read_whole(file, path, e);
+      at::Tensor t = at::empty(e.check.shape, at::TensorOptions().dtype(at::kFloat));
+      if (!data.empty()) std::memcpy(t.data_ptr(), data.data(), data.size());
+      out.emplace_back(e.path.substr(std::string(kModelGroup).size() + 1), t);
+    }
+  });
+  return out;
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                       const std::string& what) {
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}};
+  int64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const int64_t n = t.numel() * 4;
+    header[name] = {{"dtype", "F32"}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned, as safetensors writes it
+  io::OutputFile out(path, what);
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(static_cast<uint64_t>(h.size()) >> (8 * i));
+  out.write(le, 8);
+  out.write(h.data(), h.size());
+  for (const auto& [name, t] : tensors) {
+    const at::Tensor c = t.to(at::kFloat).contiguous();
+    out.write(c.data_ptr(), static_cast<size_t>(c.numel() * 4));
+  }
+  out.commit();
+}
 
 std::vector<std::string> write_safetensors_shards(const std::string& path, const std::string& dir,
                                                   const std::vector<ExpectedTensor>& expected, const std::string& dtype,
@@ -253,27 +310,16 @@ std::vector<std::string> write_safetensors_shards(const std::string& path, const
   H5Id file = open_checkpoint(path, MPI_COMM_NULL);
   std::vector<Entry> params;
   file_errors_are_user_errors(path, [&] { params = expected_entries(file, path, expected); });
-  // Shards in the model's order, each up to max_shard_bytes of tensor data (a larger tensor
-  // alone), as transformers' save_pretrained splits them.
   const int eb = out_dtype_bytes(dtype);
-  std::vector<std::vector<size_t>> shards;
-  int64_t filled = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const int64_t n = params[i].check.numel * eb;
-    if (shards.empty() || (filled > 0 && filled + n > max_shard_bytes)) {
-      shards.emplace_back();
-      filled = 0;
-    }
-    shards.back().push_back(i);
-    filled += n;
-  }
-  if (shards.empty()) shards.emplace_back();
+  std::vector<int64_t> bytes;
+  for (const Entry& e : params) bytes.push_back(e.check.numel * eb);
+  const std::vector<std::vector<size_t>> shards = safetensors_shard_groups(bytes, max_shard_bytes);
   const at::ScalarType st = dtype == "F32" ? at::kFloat : dtype == "BF16" ? at::kBFloat16 : at::kHalf;
   std::vector<std::string> names;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   int64_t total = 0;
   for (size_t si = 0; si < shards.size(); ++si) {
-    const std::string name = shards.size() == 1 ? "model.safetensors" : shard_name(si, shards.size());
+    const std::string name = safetensors_shard_file(si, shards.size());
     names.push_back(name);
     nlohmann::ordered_json header;
     header["__metadata__"] = {{"format", "pt"}};

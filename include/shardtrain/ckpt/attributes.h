@@ -19,6 +19,7 @@ constexpr const char* kModelSpec = "model_spec";
 constexpr const char* kDeck = "deck";
 constexpr const char* kRunId = "run_id";                     // only in files of a run (with kSaveSeq)
 constexpr const char* kSaveSeq = "save_seq";
+constexpr const char* kBase = "base";                        // only in adapter checkpoints (BaseIdentity JSON)
 // On /optim.
 constexpr const char* kOptimizerName = "name";
 constexpr const char* kStepsTaken = "steps_taken";

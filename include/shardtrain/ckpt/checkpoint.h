@@ -35,6 +35,9 @@ struct CheckpointInfo {
   // rotation even when a run went back to an older step. "" / 0 = not recorded.
   std::string run_id;
   int64_t save_seq = 0;
+  // An adapter run's frozen base, which its checkpoints identify instead of holding
+  // (ckpt::BaseIdentity::json()); "" for a checkpoint of the whole model.
+  std::string base_json;
 };
 
 struct SaveOptions {

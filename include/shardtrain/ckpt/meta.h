@@ -13,6 +13,7 @@ struct CheckpointMeta {
   int64_t optimizer_steps = 0;
   std::string run_id;    // "" in files written before run ids
   int64_t save_seq = 0;
+  std::string base_json;  // an adapter checkpoint's base (ckpt/base.h); "" when it holds the whole model
 };
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 

@@ -19,6 +19,8 @@ struct SlotView {
 // One FlatParam as the checkpoint sees it: its layout and this rank's shard
 // [shard_begin, shard_begin + shard_numel) of the padded flat buffer.
 struct FlatView {
+  size_t flat = 0;  // in engine.flat_params() (a checkpoint may leave frozen flats out)
+  bool frozen = false;  // a frozen flat: parameters only, no optimizer or engine state (states empty)
   std::vector<SlotView> slots;
   int64_t numel = 0, padded = 0, shard_numel = 0, shard_begin = 0;
   int shard_rank = 0, shard_size = 1;
@@ -36,7 +38,10 @@ struct Snapshot {
   size_t optional_from = SIZE_MAX;
 };
 
-// True when every master and optimizer state array is in host memory (views are possible).
+// A checkpoint holds the engine's flats but the frozen ones when the engine's options say so
+// (EngineOptions::checkpoint_frozen = false: an adapter run); frozen flats carry parameters only.
+// True when every master and optimizer state array is in host memory in fp32 (views are
+// possible; a frozen flat kept in bf16 needs the staged copies).
 bool snapshot_in_host_memory(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt);
 // Views into the engine's masters and the optimizer's state (no copy); host memory only.
 // Loading writes through these pointers: it asks for Write access, which marks every flat's

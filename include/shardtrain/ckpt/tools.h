@@ -2,6 +2,8 @@
 #pragma once
 #include <mpi.h>
 
+#include <functional>
+#include <map>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -49,6 +51,21 @@ std::vector<std::string> write_safetensors_shards(const std::string& path, const
 void refuse_overwriting_inputs(const std::string& out, const std::vector<std::string>& inputs,
                                const std::string& what);
 
+// How a Hugging Face model's tensors of `bytes` each (in model order) are split into files of at
+// most max_shard_bytes of data (a larger tensor alone), as transformers' save_pretrained does;
+// and the name of file i of n ("model.safetensors" when n == 1).
+std::vector<std::vector<size_t>> safetensors_shard_groups(const std::vector<int64_t>& bytes, int64_t max_shard_bytes);
+std::string safetensors_shard_file(size_t i, size_t n);
+
+// The /model datasets `expected` names (nothing else may be there), read whole in fp32 with
+// their digests checked: small checkpoints only (an adapter checkpoint's adapters). One process.
+std::vector<std::pair<std::string, at::Tensor>> read_model_tensors(const std::string& path,
+                                                                    const std::vector<ExpectedTensor>& expected);
+// A safetensors file of F32 tensors in the given order (header metadata {"format": "pt"}),
+// written atomically. `what` names the file in errors.
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                       const std::string& what);
+
 // One tensor of a safetensors header.
 struct SafetensorsEntry {
   std::string name, dtype;
@@ -64,6 +81,25 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path);
 // directory holding either that index or `model.safetensors`. UserError naming what is wrong.
 std::vector<std::string> safetensors_files(const std::string& path);
 
+// A safetensors source (anything safetensors_files accepts) read by slices: the headers are read
+// and checked once; read() preads elements [first, first + n) of one flattened tensor and widens
+// them to fp32. One process; UserError naming the file.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+  const SafetensorsEntry* find(const std::string& name) const;  // nullptr when absent
+  at::Tensor read(const std::string& name, int64_t first, int64_t n) const;
+
+ private:
+  std::string path_;
+  std::vector<std::string> files_;
+  mutable std::vector<int> fds_;  // opened on first read
+  std::map<std::string, std::pair<size_t, SafetensorsEntry>> entries_;  // name -> (file, entry)
+};
+
 // Collective over world: every rank reads only its shards' slices (by file offset) of
 // every parameter of the engine from a safetensors file (F32, or BF16/F16/F64 widened to the
 // fp32 masters). Missing tensors, non-float dtypes or wrong
@@ -71,6 +107,14 @@ std::vector<std::string> safetensors_files(const std::string& path);
 // such parameter (GPT-2 ties it to the token embedding); other extras are listed in a
 // warning. Marks parameters updated.
 // `path` is any source safetensors_files accepts (sharded Hugging Face checkpoints included).
-void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm world);
+// `pick` chooses what is read: a base for LoRA (its adapters are not in it), a PEFT adapter file
+// (its own names, and nothing else in it).
+struct TensorPick {
+  std::function<bool(const std::string& param)> wanted;          // empty: every parameter
+  std::function<std::string(const std::string& param)> in_file;  // the parameter's name in the file; empty: the same
+  bool extras_are_errors = false;  // a tensor of the file that is no wanted parameter: UserError, not a warning
+  std::string what = "safetensors";  // how errors name the source ("PEFT adapter")
+};
+void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm world, const TensorPick& pick = {});
 
 }  // namespace shardtrain::ckpt
