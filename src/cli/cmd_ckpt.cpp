@@ -61,26 +61,34 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
   exp->add_option("FILE", a->file, "checkpoint (.h5)")->required();
   exp->add_option("OUT", a->out, "output file (safetensors) or directory (hf: absent or empty)")->required();
   exp->add_option("--format", a->format,
-                  "safetensors (one F32 file) or hf (config.json, model.safetensors or shards + index, "
-                  "generation_config.json, the source's tokenizer files)")
-      ->check(CLI::IsMember({"safetensors", "hf"}));
+                  "safetensors (one F32 file); hf (config.json, model.safetensors or shards + index, "
+                  "generation_config.json, the source's tokenizer files; a LoRA checkpoint merged into its base, "
+                  "each rank merging its rows under mpirun); or peft (a LoRA checkpoint as a PEFT adapter directory)")
+      ->check(CLI::IsMember({"safetensors", "hf", "peft"}));
   exp->add_option("--dtype", a->dtype, "hf: tensor dtype; auto = bf16 for a bf16 run, else the source's torch_dtype, else fp32")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
   exp->add_option("--max-shard-size", a->max_shard_size, "hf: largest safetensors file (tensor bytes), e.g. 5GB, 500MB, 2GiB");
   exp->add_option("--tokenizer-from", a->tokenizer_from,
                   "hf: directory whose tokenizer files are copied (default: the model's model.from_hf / init_from directory)");
   exp->callback([&selected, a] {
-    selected = [a](runtime::Runtime& rt) {
+    selected = [a](runtime::Runtime& rt) -> int {
+      model_io::HfExportOptions o;
+      bool adapter = false;
+      runtime::run_agreed(rt.world(), [&] {
+        o.dtype = a->dtype;
+        o.max_shard_bytes = parse_byte_size(a->max_shard_size, "--max-shard-size");
+        o.tokenizer_from = a->tokenizer_from;
+        adapter = a->format == "hf" && model_io::is_adapter_checkpoint(a->file);
+      });
+      // A LoRA checkpoint merged into its base: every rank merges and writes its rows.
+      if (adapter) {
+        model_io::export_merged_hf_directory(rt.world(), a->file, a->out, o);
+        return kExitOk;
+      }
       return on_rank0(rt, [&] {
-        if (a->format == "hf") {
-          model_io::HfExportOptions o;
-          o.dtype = a->dtype;
-          o.max_shard_bytes = parse_byte_size(a->max_shard_size, "--max-shard-size");
-          o.tokenizer_from = a->tokenizer_from;
-          model_io::export_hf_directory(a->file, a->out, o);
-        } else {
-          model_io::export_checkpoint(a->file, a->out);
-        }
+        if (a->format == "hf") model_io::export_hf_directory(a->file, a->out, o);
+        else if (a->format == "peft") model_io::export_peft_directory(a->file, a->out);
+        else model_io::export_checkpoint(a->file, a->out);
       });
     };
   });

@@ -222,6 +222,29 @@ std::vector<KeySpec> build_schema() {
         "scale per fsdp.quant_block values (summed in fp32), under fsdp.quant_guard_every's accuracy guard")
         .one_of(choices::as_list(choices::kOuterDtypes)),
 
+    // [lora]
+    Int("lora.rank", 0,
+        "LoRA (Hugging Face PEFT's semantics): the adapters' rank r; each target gets y = W x + s B(A(dropout(x))), "
+        "A [r, in] Kaiming-uniform, B [out, r] zero, and only the adapters (and lora.train_also) train; the base is "
+        "frozen (train.freeze's storage); at most min(in, out) of every target; 0 = off")
+        .at_least(0).at_most(1 << 16),
+    Float("lora.alpha", 8.0, "LoRA's alpha: the scale s = alpha / rank (alpha / sqrt(rank) with lora.rslora)")
+        .above(0).at_most(1e6),
+    Float("lora.dropout", 0.0, "dropout on the adapters' input (PEFT's lora_dropout)").at_least(0).below(1),
+    List("lora.targets", {},
+         "the linear layers that get adapters: module names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+         "down_proj; GPT-2's c_attn, c_proj, c_fc), a dotted suffix of a module path, a glob over module paths, or "
+         "\"all-linear\" (every linear layer of the blocks); [] = the architecture's PEFT default (llama: q_proj, v_proj; "
+         "gpt2: c_attn)"),
+    Bool("lora.rslora", false, "rank-stabilised LoRA: the scale is alpha / sqrt(rank) instead of alpha / rank"),
+    Str("lora.init_from", "",
+        "a PEFT adapter directory (adapter_config.json + adapter_model.safetensors, e.g. from the hub or `ckpt export "
+        "--format peft`) whose adapters start a fresh run; its rank, targets and scale must be this deck's; "" = "
+        "PEFT's initialisation from run.seed"),
+    List("lora.train_also", {},
+         "parameter-name patterns trained beside the adapters, in full (PEFT's modules_to_save, e.g. \"norm\"): "
+         "their fp32 masters and optimizer state are kept and they are in the adapter checkpoints and exports"),
+
     // [optimizer]
     Str("optimizer.name", "adamw", "optimizer").one_of(choices::as_list(choices::kOptimizers)),
     Float("optimizer.lr", 3e-4, "peak learning rate").above(0).at_most(1e6),
@@ -260,6 +283,10 @@ std::vector<KeySpec> build_schema() {
          "train.global_batch), whose gradients are summed in one fixed binary tree; the gradient norm is summed "
          "exactly; dropout is keyed by the leaf; threads per rank default to 1. Needs comm.backend mpi and "
          "fsdp.reduce_dtype fp32; see docs/reproducibility.md"),
+    List("train.freeze", {},
+         "parameter-name patterns that do not train (a partial fine-tune): kept sharded in fsdp.param_dtype, with "
+         "no gradient, fp32 master or optimizer state, only gathered; a pattern with *, ? or [ is a glob over the "
+         "whole name (\"model.layers.[0-9].*\"), any other matches where it occurs (\"embed_tokens\")"),
     Int("train.val_every", 100, "validate every this many steps; 0 = never").at_least(0).unit("steps"),
     Int("train.val_batches", 10, "global batches of the validation split per evaluation (in order)").at_least(1).unit("batches"),
     Str("train.on_nonfinite", "stop",
@@ -348,6 +375,7 @@ const std::vector<SectionSpec>& sections() {
       {"model", "architecture and size"},
       {"fsdp", "units, mixed precision, prefetching, memory savers"},
       {"diloco", "semi-synchronous replicas (parallel.replica_sync = \"diloco\"): the outer step"},
+      {"lora", "LoRA adapters (Hugging Face PEFT's semantics): low-rank fine-tuning of a frozen base"},
       {"optimizer", "the optimizer stepping the parameter shards"},
       {"lr", "learning-rate schedule"},
       {"train", "length of the run and batch sizes"},

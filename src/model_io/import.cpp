@@ -1,5 +1,6 @@
 // import_safetensors: deck -> sharded model on meta -> slices read from safetensors -> checkpoint at step 0.
 #include "shardtrain/model_io/import.h"
+#include "shardtrain/train/adapter_base.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -76,7 +77,9 @@ std::vector<ckpt::ExpectedTensor> expected_tensors(const model::ModelSpec& spec)
   std::shared_ptr<model::Model> net = model::build_model(spec, at::kMeta);
   std::vector<ckpt::ExpectedTensor> expected;
   std::set<const void*> seen;  // a tied weight registered twice is one tensor
+  const bool adapter = train::is_adapter_run(spec);  // its checkpoints hold what trains only
   for (const auto& p : net->named_parameters(/*recurse=*/true)) {
+    if (adapter && !p.value().requires_grad()) continue;
     if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;
     expected.push_back({p.key(), p.value().sizes().vec()});
   }

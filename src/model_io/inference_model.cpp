@@ -11,6 +11,7 @@
 #include "shardtrain/model/model.h"
 #include "shardtrain/model_io/import.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/train/adapter_base.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
@@ -75,11 +76,12 @@ deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::
   // A model read from a Hugging Face directory (model.from_hf, or init_from naming one) is
   // rebuilt from the spec the checkpoint recorded, not from that directory again: the checkpoint
   // stays usable when the download has moved, and a changed config.json cannot change it.
+  // An adapter checkpoint (LoRA) holds no base: its init_from stays, to load the base from.
   const deck::Deck as_trained = deck::Deck::parse(meta.deck_text, ckpt_path + " (its resolved deck)", {});
   if (!as_trained.get_string("model.from_hf").empty() || !as_trained.get_string("checkpoint.init_from").empty()) {
     const auto recorded = spec_overrides(model_spec_from_json(meta.model_spec_json, "checkpoint " + ckpt_path));
     o.push_back("model.from_hf=\"\"");
-    o.push_back("checkpoint.init_from=\"\"");
+    if (meta.base_json.empty()) o.push_back("checkpoint.init_from=\"\"");
     o.insert(o.end(), recorded.begin(), recorded.end());
   }
   o.insert(o.end(), overrides.begin(), overrides.end());
@@ -102,10 +104,28 @@ std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck:
   m->job = train::open_sharded_job(world, d);
   fsdp::OptimizerConfig opt_cfg;
   runtime::run_agreed(world, [&] { opt_cfg = train::optimizer_config_from_deck(d); });
-  // Every value is read from the file; the init only has to be cheap.
+  // Every value is read from the file; the init only has to be cheap. An adapter checkpoint's
+  // base is not in it: loaded first (checkpoint.init_from, or run.seed's init) and compared.
+  const bool adapter = train::is_adapter_run(m->job.spec);
   fsdp::InitFn zeros = [](const std::string&, at::Tensor& t) { t.zero_(); };
-  m->engine = std::make_unique<fsdp::Engine>(*m->job.net, m->job.comms.engine(), m->job.engine_options, zeros);
+  uint64_t seed = 0;
+  if (adapter) runtime::run_agreed(world, [&] { seed = static_cast<uint64_t>(d.get_int("run.seed")); });
+  m->engine = std::make_unique<fsdp::Engine>(*m->job.net, m->job.comms.engine(), m->job.engine_options,
+                                             adapter ? train::seeded_init(*m->job.net, seed) : zeros);
   m->optimizer = std::make_unique<fsdp::ShardedOptimizer>(*m->engine, opt_cfg);
+  const std::string recorded = [&] {
+    std::string b;
+    runtime::run_agreed(world, [&] { b = ckpt::read_checkpoint_meta(ckpt_path).base_json; });
+    return b;
+  }();
+  if (adapter) {
+    const ckpt::BaseIdentity base = train::load_adapter_base(d, *m->engine, world, /*verbose=*/false);
+    runtime::run_agreed(world, [&] { train::check_adapter_base(ckpt_path, recorded, base, "use"); });
+  } else {
+    runtime::run_agreed(world, [&] {
+      ST_USER_CHECK(recorded.empty(), ckpt_path, " holds a LoRA adapter, but the deck it is read with has lora.rank = 0");
+    });
+  }
   ckpt::load_checkpoint(ckpt_path, *m->engine, *m->optimizer, m->state, world);
   return m;
 }

@@ -77,6 +77,41 @@ model::ModelSpec model_spec_from_json(const std::string& text, const std::string
       s.*f.string_field = j[f.name].get<std::string>();
     }
   }
+  if (j.contains("finetune")) {
+    // LoRA and what trains, each within its deck key's bounds.
+    const nlohmann::json& f = j["finetune"];
+    auto bad = [&](const std::string& key) { return UserError(what + ": model_spec finetune." + key + " is not valid"); };
+    if (!f.is_object()) throw bad("(object)");
+    auto list = [&](const char* key, std::vector<std::string>& out) {
+      if (!f.contains(key)) return;
+      if (!f[key].is_array() || f[key].size() > 4096) throw bad(key);
+      for (const auto& e : f[key]) {
+        if (!e.is_string() || e.get<std::string>().size() > 4096) throw bad(key);
+        out.push_back(e.get<std::string>());
+      }
+    };
+    model::Finetune& ft = s.finetune;
+    if (f.contains("lora_rank")) {
+      const deck::KeySpec* k = deck::find_key("lora.rank");
+      if (!f["lora_rank"].is_number_integer() || f["lora_rank"].get<int64_t>() < 0 ||
+          (k && f["lora_rank"].get<int64_t>() > k->max))
+        throw bad("lora_rank");
+      ft.lora.rank = f["lora_rank"].get<int64_t>();
+    }
+    for (auto [key, field] : {std::pair<const char*, double*>{"lora_alpha", &ft.lora.alpha}, {"lora_dropout", &ft.lora.dropout}}) {
+      if (!f.contains(key)) continue;
+      if (!f[key].is_number()) throw bad(key);
+      *field = f[key].get<double>();
+    }
+    if (!(ft.lora.alpha > 0) || !(ft.lora.dropout >= 0 && ft.lora.dropout < 1)) throw bad("lora_alpha / lora_dropout");
+    if (f.contains("lora_rslora")) {
+      if (!f["lora_rslora"].is_boolean()) throw bad("lora_rslora");
+      ft.lora.rslora = f["lora_rslora"].get<bool>();
+    }
+    list("lora_targets", ft.lora.targets);
+    list("freeze", ft.freeze);
+    list("train_also", ft.train_also);
+  }
   try {
     model::input_kind(s);  // an architecture the model layer knows
   } catch (const UserError& e) {

@@ -78,7 +78,7 @@ ckpt::CheckpointInfo checkpoint_info(const ShardedJob& job, const deck::Deck& d)
 fsdp::InitFn seeded_init(const model::Model& m, uint64_t seed) {
   const model::Model* raw = &m;
   return [raw, seed](const std::string& name, at::Tensor& t) {
-    model::init_parameter(t, raw->init_for(name), model::param_seed(seed, name));
+    model::init_parameter(t, raw->init_rule(name), model::param_seed(seed, name));
   };
 }
 

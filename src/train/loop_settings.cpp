@@ -32,6 +32,7 @@ TrainerSettings trainer_settings_from_deck(const deck::Deck& d, const comm::Comm
   s.resume = d.get_string("checkpoint.resume");
   s.previous_run = d.get_string("checkpoint.previous_run");
   s.init_from = d.get_string("checkpoint.init_from");
+  s.lora_init_from = d.get_string("lora.init_from");
   s.allow_data_change = d.get_bool("checkpoint.allow_data_change");
   s.dataset = d.get_string("data.dataset");
   s.every_steps = d.get_int("checkpoint.every_steps");

@@ -35,6 +35,7 @@ struct TrainerSettings {
   double peak_tflops = 0;    // 0 = measure
   // [checkpoint]
   std::string ckpt_dir, resume, previous_run, init_from;
+  std::string lora_init_from;      // lora.init_from: a PEFT adapter directory for a fresh start
   bool allow_data_change = false;  // checkpoint.allow_data_change
   std::string dataset;             // data.dataset ("" = synthetic items)
   int64_t every_steps = 0;

@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "shardtrain/ckpt/peft.h"
 #include "shardtrain/model/hf_config.h"
 #include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
@@ -133,7 +135,51 @@ model::ModelSpec spec_from_hf(const deck::Deck& d, const std::string& source) {
 }
 }  // namespace
 
-model::ModelSpec model_spec_from_deck(const deck::Deck& d) {
+namespace {
+// What trains: [lora] and train.freeze (applied by model::build_model, model/lora.h). With
+// lora.init_from the adapter's adapter_config.json fills the [lora] keys the deck does not set
+// (as model.from_hf fills the model); one the deck sets must say the same.
+model::Finetune finetune_from_deck(const deck::Deck& d) {
+  model::Finetune f;
+  f.lora.rank = d.get_int("lora.rank");
+  f.lora.alpha = d.get_float("lora.alpha");
+  f.lora.dropout = d.get_float("lora.dropout");
+  f.lora.targets = d.get_string_list("lora.targets");
+  f.lora.rslora = d.get_bool("lora.rslora");
+  f.freeze = d.get_string_list("train.freeze");
+  f.train_also = d.get_string_list("lora.train_also");
+  const std::string dir = d.get_string("lora.init_from");
+  if (dir.empty()) return f;
+  const ckpt::PeftConfig c = ckpt::read_peft_config(dir);
+  auto take = [&](const char* key, auto& field, const auto& value, const std::string& config_key) {
+    if (!d.is_set(key)) {
+      field = value;
+      return;
+    }
+    if (field == value) return;
+    std::ostringstream deck_value, config_value;
+    deck_value << field;
+    config_value << value;
+    throw UserError(d.origin(key) + ": " + key + " = " + deck_value.str() + " contradicts " + config_key + " = " +
+                    config_value.str() + " in " + dir + "/" + ckpt::kPeftConfigFile +
+                    " (lora.init_from); remove the key or fix it");
+  };
+  take("lora.rank", f.lora.rank, c.r, "r");
+  take("lora.alpha", f.lora.alpha, c.lora_alpha, "lora_alpha");
+  take("lora.dropout", f.lora.dropout, c.lora_dropout, "lora_dropout");
+  take("lora.rslora", f.lora.rslora, c.use_rslora, "use_rslora");
+  // Targets and trained modules: the deck's if it sets them (the adapter's tensors must then fit
+  // them), else the adapter's.
+  if (!d.is_set("lora.targets")) f.lora.targets = c.target_modules;
+  if (!d.is_set("lora.train_also")) {
+    f.train_also.clear();
+    for (const std::string& m : c.modules_to_save) f.train_also.push_back(ckpt::modules_to_save_pattern(m));
+  }
+  return f;
+}
+
+// The architecture and size: a Hugging Face config.json, a preset and the model.* keys.
+model::ModelSpec architecture_from_deck(const deck::Deck& d) {
   const std::string hf = hf_model_source(d);
   if (!hf.empty()) return spec_from_hf(d, hf);
   model::ModelSpec s;
@@ -151,6 +197,13 @@ model::ModelSpec model_spec_from_deck(const deck::Deck& d) {
     if (f.string_field) s.*f.string_field = d.get_string(key);
   }
   return model::resolve_spec(s);
+}
+}  // namespace
+
+model::ModelSpec model_spec_from_deck(const deck::Deck& d) {
+  model::ModelSpec s = architecture_from_deck(d);
+  s.finetune = finetune_from_deck(d);
+  return s;
 }
 
 fsdp::Strategy strategy_from_deck(const deck::Deck& d) { return fsdp::parse_strategy(d.get_string("parallel.strategy")); }
@@ -175,6 +228,8 @@ fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::M
   // On a CPU device nothing moves (the engine runs the offload flow, results unchanged); on
   // CUDA the shards and optimizer state live in pinned host memory (docs/gpu.md).
   o.cpu_offload = d.get_bool("fsdp.cpu_offload");
+  // An adapter run's checkpoints hold what trains and identify the frozen base (train/base_model.h).
+  o.checkpoint_frozen = !m.spec().finetune.lora.on();
   o.compression = compression_from_deck(d, o.strategy);  // checks replica_sync's rules too
   o.replica_sync = replica_sync_from_deck(d);
   return o;

@@ -15,6 +15,12 @@ std::string model_spec_json(const model::ModelSpec& s) {
     if (f.bool_field) j[f.name] = s.*f.bool_field;
     if (f.string_field) j[f.name] = s.*f.string_field;
   }
+  // What trains (LoRA, train.freeze): an adapter checkpoint's model is the base plus these.
+  const model::Finetune& ft = s.finetune;
+  if (ft.any())
+    j["finetune"] = {{"lora_rank", ft.lora.rank},     {"lora_alpha", ft.lora.alpha},   {"lora_dropout", ft.lora.dropout},
+                     {"lora_targets", ft.lora.targets}, {"lora_rslora", ft.lora.rslora}, {"freeze", ft.freeze},
+                     {"train_also", ft.train_also}};
   return j.dump();
 }
 

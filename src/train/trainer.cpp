@@ -28,6 +28,7 @@
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/train/adapter_base.h"
 #include "shardtrain/train/alloc_tracker.h"
 #include "shardtrain/train/job.h"
 #include "shardtrain/train/leaf_plan.h"
@@ -73,6 +74,7 @@ struct StartContext {
   MPI_Comm world = MPI_COMM_NULL;
   std::string guarantee;  // train.reproducible's dependencies (leaf_plan.h), "" when off
   std::string data_id;    // data_identity of data.dataset
+  const ckpt::BaseIdentity* base = nullptr;  // an adapter run's base, loaded already (adapter_base.h)
 };
 
 // Resume (the newest usable checkpoint of this run, or the one named), else a fresh start
@@ -122,6 +124,13 @@ StartPoint resume_or_start(const StartContext& c) {
     if (rank == 0) log::warn("resuming " + *from + " on other data (checkpoint.allow_data_change = true): " + data_change);
   }
   if (from) {
+    // An adapter checkpoint continues only on the base it was trained on (and only as one).
+    runtime::run_agreed(world, [&] {
+      const std::string recorded = ckpt::read_checkpoint_meta(*from).base_json;
+      if (c.base) check_adapter_base(*from, recorded, *c.base, "resume");
+      else ST_USER_CHECK(recorded.empty(), *from, " holds a LoRA adapter, not a whole model: resume it with its deck's "
+                         "[lora] section (lora.rank > 0) and base (checkpoint.init_from)");
+    });
     Timer load_timer;
     ckpt::TrainState st;
     const ckpt::IoStats io = ckpt::load_checkpoint(*from, c.engine, c.optimizer, st, world);
@@ -155,7 +164,9 @@ StartPoint resume_or_start(const StartContext& c) {
                 ckpts.dir().c_str());
     std::fflush(stdout);
   }
-  if (!s.init_from.empty()) {
+  if (c.base) {  // an adapter run: the base is loaded; the adapters start from PEFT's init or lora.init_from
+    if (!s.lora_init_from.empty()) load_peft_adapter(s.lora_init_from, c.engine, world, rank == 0);
+  } else if (!s.init_from.empty()) {
     Timer load_timer;
     runtime::run_agreed(world, [&] {  // a clear error before any collective read
       for (const std::string& f : ckpt::safetensors_files(s.init_from)) ckpt::read_safetensors_header(f);
@@ -357,13 +368,20 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   const ThroughputModel tput = throughput_model(rs, *data.source, *job.net, peak, optimizer);
   if (rt.rank() == 0) print_run_banner(job, rs, *data.source, engine, wrap_timer, peak, rt.size());
 
+  // An adapter run's frozen base first: its checkpoints identify it instead of holding it.
+  ckpt::CheckpointInfo info = checkpoint_info(job, d);
+  std::optional<ckpt::BaseIdentity> base;
+  if (is_adapter_run(job.spec)) {
+    base = load_adapter_base(d, engine, world, /*verbose=*/true);
+    info.base_json = base->json();
+  }
   // Checkpoints: preflight (writable, room for one: exit 2 now, not after training), resume or start.
   ckpt::CheckpointManager ckpts(s.ckpt_dir, s.keep_last, world, s.async, save_options(s), run_dirs.run_id);
-  const ckpt::CheckpointInfo info = checkpoint_info(job, d);
   const std::string guarantee = run_guarantee(rs, job);
   ckpt::preflight(ckpts.dir(), engine, optimizer, info, world);
   const StartPoint start = resume_or_start({s, run_dirs, ckpts, engine, optimizer, *data.source, rs.batch.global_batch,
-                                            device, rt.rank(), rt.size(), world, guarantee, data.identity});
+                                            device, rt.rank(), rt.size(), world, guarantee, data.identity,
+                                            base ? &*base : nullptr});
   // A finished run resumed changes none of its records: this returns before any is opened.
   if (finished_already(start, s, rt.rank())) return kExitOk;
   write_resolved_deck(d, s.out_dir, rt.rank(), world);

@@ -1,5 +1,7 @@
 // import_safetensors: a safetensors file -> a step-0 shardtrain checkpoint for a deck's model.
 #pragma once
+#include <mpi.h>
+
 #include <string>
 #include <vector>
 
@@ -39,7 +41,26 @@ struct HfExportOptions {
   std::string tokenizer_from;
 };
 void export_hf_directory(const std::string& path, const std::string& out_dir, const HfExportOptions& o);
-// The parameters of the model `spec` describes, each once (a tied weight once), in model order.
+// `ckpt export --format peft`: an adapter (LoRA) checkpoint as a Hugging Face PEFT adapter
+// directory at `out_dir` (absent or empty): adapter_config.json and adapter_model.safetensors with
+// PEFT's names (base_model.model.<parameter>), F32. A checkpoint of a whole model is refused.
+// Written atomically. One process.
+void export_peft_directory(const std::string& path, const std::string& out_dir);
+
+// `ckpt export --format hf` of an adapter checkpoint: the merged model, W + s B A for every
+// adapted layer (lora.train_also's parameters from the checkpoint), in the base's layout and
+// `o.dtype`, as export_hf_directory writes a whole model. Collective over world: each rank reads
+// its rows of each base tensor (checkpoint.init_from, or run.seed's init), merges them and writes
+// its byte ranges, so a rank holds about one tensor's share at a time; the base is checked against
+// the checkpoint's record as it is read (UserError naming what differs; nothing is left).
+void export_merged_hf_directory(MPI_Comm world, const std::string& path, const std::string& out_dir,
+                                const HfExportOptions& o);
+
+// Whether a checkpoint holds a LoRA adapter (its base identified, not held). One process.
+bool is_adapter_checkpoint(const std::string& path);
+
+// The parameters of the model `spec` describes, each once (a tied weight once), in model order;
+// for an adapter model those its checkpoints hold (what trains).
 std::vector<ckpt::ExpectedTensor> expected_tensors(const model::ModelSpec& spec);
 
 // The files a safetensors source consists of (ckpt::safetensors_files, plus the index or the

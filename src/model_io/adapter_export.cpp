@@ -1,0 +1,349 @@
+// An adapter (LoRA) checkpoint out of the program: as a PEFT adapter directory, or merged into its
+// base as a Hugging Face model directory, each rank merging and writing its rows of each tensor.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "hf_output.h"
+#include "shardtrain/ckpt/base.h"
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/peft.h"
+#include "shardtrain/ckpt/tools.h"
+#include "shardtrain/fsdp/options.h"
+#include "shardtrain/model/hf_config.h"
+#include "shardtrain/model/lora.h"
+#include "shardtrain/model_io/import.h"
+#include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/small_collectives.h"
+#include "shardtrain/train/adapter_base.h"
+#include "shardtrain/train/setup.h"
+#include "shardtrain/util/error.h"
+#include "shardtrain/util/file_io.h"
+#include "shardtrain/util/memory.h"
+#include "shardtrain/util/mpi_check.h"
+#include "shardtrain/util/names.h"
+#include "spec_from_json.h"
+
+namespace shardtrain::model_io {
+namespace {
+
+// What an adapter checkpoint holds, and the deck it was trained with.
+struct Adapter {
+  ckpt::CheckpointMeta meta;
+  model::ModelSpec spec;
+  std::unique_ptr<deck::Deck> deck;  // as trained: its checkpoint.init_from is the base
+  std::map<std::string, at::Tensor> tensors;  // the trained parameters: adapters, lora.train_also
+};
+
+Adapter read_adapter(const std::string& path, const std::string& what) {
+  Adapter a;
+  a.meta = ckpt::read_checkpoint_meta(path);
+  ST_USER_CHECK(!a.meta.base_json.empty(), what, ": ", path, " holds a whole model, not a LoRA adapter (written by a run "
+                "with lora.rank = 0); export it with --format hf or safetensors");
+  a.spec = model_spec_from_json(a.meta.model_spec_json, "checkpoint " + path);
+  ST_USER_CHECK(a.spec.finetune.lora.on(), path, ": the model_spec of this adapter checkpoint has no LoRA rank");
+  a.deck = std::make_unique<deck::Deck>(deck::Deck::parse(a.meta.deck_text, path + " (its resolved deck)", {}));
+  for (auto& [name, t] : ckpt::read_model_tensors(path, expected_tensors(a.spec))) a.tensors[name] = t;
+  return a;
+}
+
+bool plain_name(const std::string& t) {
+  return t != "all-linear" && !is_glob(t) && t.find('.') == std::string::npos;
+}
+
+// adapter_config.json's target_modules: the deck's module names as they are when it gave plain
+// names (PEFT matches them the same way), else the full names of the adapted layers (what PEFT
+// >= 0.15 writes for "all-linear"); sorted. modules_to_save: the modules of lora.train_also's
+// parameters, by full name.
+ckpt::PeftConfig peft_config(const Adapter& a) {
+  const model::LoraSpec& l = a.spec.finetune.lora;
+  std::shared_ptr<model::Model> net = model::build_model(a.spec, at::kMeta);
+  ckpt::PeftConfig c;
+  c.r = l.rank;
+  c.lora_alpha = l.alpha;
+  c.lora_dropout = l.dropout;
+  c.use_rslora = l.rslora;
+  c.fan_in_fan_out = a.spec.arch == "gpt2";
+  const std::vector<std::string> given = l.targets.empty() ? net->default_lora_targets() : l.targets;
+  std::set<std::string> targets;
+  if (std::all_of(given.begin(), given.end(), plain_name)) {
+    targets.insert(given.begin(), given.end());
+  } else {
+    for (const model::LinearSite& s : model::linear_sites(*net))
+      if (s.layer->has_lora()) targets.insert(s.path);
+  }
+  c.target_modules.assign(targets.begin(), targets.end());
+  std::set<std::string> modules;
+  for (const auto& [name, t] : a.tensors)
+    if (!model::is_lora_param(name)) modules.insert(name.substr(0, name.rfind('.')));
+  c.modules_to_save.assign(modules.begin(), modules.end());
+  const std::string init_from = a.deck->get_string("checkpoint.init_from");
+  c.base_model_name_or_path = init_from.empty() ? a.deck->get_string("model.from_hf") : init_from;
+  return c;
+}
+
+}  // namespace
+
+bool is_adapter_checkpoint(const std::string& path) { return !ckpt::read_checkpoint_meta(path).base_json.empty(); }
+
+void export_peft_directory(const std::string& path, const std::string& out_dir) {
+  const std::string what = "ckpt export --format peft";
+  HfOutput output(out_dir, what);
+  const Adapter a = read_adapter(path, what);
+  const ckpt::PeftConfig c = peft_config(a);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& [name, t] : a.tensors) tensors.emplace_back(ckpt::peft_tensor_name(name), t);
+  output.create();
+  try {
+    ckpt::write_safetensors(output.tmp() + "/" + ckpt::kPeftWeightsFile, tensors, what + " output");
+    io::write_file_atomic(output.tmp() + "/" + ckpt::kPeftConfigFile, ckpt::peft_config_json(c));
+    output.commit();
+  } catch (...) {
+    output.abandon();
+    throw;
+  }
+  std::printf("exported %s -> %s: PEFT LoRA adapter (r %lld, alpha %g%s, %zu target modules, %zu tensors)%s\n",
+              path.c_str(), out_dir.c_str(), static_cast<long long>(c.r), c.lora_alpha, c.use_rslora ? ", rslora" : "",
+              c.target_modules.size(), tensors.size(),
+              c.modules_to_save.empty() ? "" : (", modules_to_save " + std::to_string(c.modules_to_save.size())).c_str());
+  std::fflush(stdout);
+}
+
+namespace {
+
+// One output tensor: where its bytes go and which rows this rank writes.
+struct OutTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t file = 0;
+  int64_t offset = 0;  // of its data in the file (header included)
+  int64_t rows = 1, cols = 1;
+};
+
+at::ScalarType scalar_of(const std::string& dtype) {
+  return dtype == "F32" ? at::kFloat : dtype == "BF16" ? at::kBFloat16 : at::kHalf;
+}
+
+void pwrite_all(int fd, const void* data, int64_t n, int64_t off, const std::string& path) {
+  auto* p = static_cast<const unsigned char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)), off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw IoError(path + ": write failed: " + io::errno_text(errno));
+    p += w;
+    n -= w;
+    off += w;
+  }
+}
+
+}  // namespace
+
+void export_merged_hf_directory(MPI_Comm world, const std::string& path, const std::string& out_dir,
+                                const HfExportOptions& o) {
+  const std::string what = "ckpt export --format hf";
+  int rank = 0, size = 1;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  ST_MPI_CHECK(MPI_Comm_size(world, &size));
+  // Every rank reads the adapter (small), the layout and the base's headers; they agree on errors.
+  std::unique_ptr<HfOutput> output;
+  Adapter a;
+  model::ModelSpec base_spec;
+  std::string dtype, init_from;
+  std::vector<OutTensor> out;
+  std::vector<std::string> files;
+  std::vector<std::string> headers;  // per file: the 8-byte length and the JSON header
+  std::vector<int64_t> file_bytes;
+  ckpt::BaseIdentity recorded;
+  std::unique_ptr<ckpt::SafetensorsReader> base;
+  std::shared_ptr<model::Model> net;  // the model on meta: init rules of a seeded base
+  runtime::run_agreed(world, [&] {
+    output = std::make_unique<HfOutput>(out_dir, what);
+    a = read_adapter(path, what);
+    ST_USER_CHECK(a.spec.arch == "llama", what, ": ", path, " holds a ", a.spec.arch,
+                  " model; a Hugging Face directory is written for the llama arch (Llama, Mistral, Qwen2)");
+    recorded = ckpt::BaseIdentity::parse(a.meta.base_json, "checkpoint " + path);
+    dtype = choose_hf_dtype(o.dtype, a.deck.get(), a.spec);
+    base_spec = a.spec;
+    base_spec.finetune = model::Finetune{};  // the merged model is the base architecture
+    model::hf_config_json(base_spec, torch_dtype_name(dtype));  // its errors before any file
+    net = model::build_model(a.spec, at::kMeta);
+    init_from = a.deck->get_string("checkpoint.init_from");
+    if (!init_from.empty()) base = std::make_unique<ckpt::SafetensorsReader>(init_from);
+    const int eb = dtype == "F32" ? 4 : 2;
+    std::vector<int64_t> bytes;
+    for (const ckpt::ExpectedTensor& t : expected_tensors(base_spec)) {
+      OutTensor ot;
+      ot.name = t.name;
+      ot.shape = t.shape;
+      int64_t n = 1;
+      for (int64_t s : t.shape) n *= s;
+      ot.rows = t.shape.empty() ? 1 : t.shape[0];
+      ot.cols = ot.rows ? n / ot.rows : 0;
+      if (base && !a.tensors.count(t.name)) {
+        const ckpt::SafetensorsEntry* e = base->find(t.name);
+        ST_USER_CHECK(e, what, ": the base ", init_from, " (checkpoint.init_from) has no tensor '", t.name, "'");
+        ST_USER_CHECK(e->shape == t.shape, what, ": the base's tensor '", t.name, "' does not have the model's shape");
+      }
+      bytes.push_back(n * eb);
+      out.push_back(ot);
+    }
+    const std::vector<std::vector<size_t>> groups = ckpt::safetensors_shard_groups(bytes, o.max_shard_bytes);
+    for (size_t fi = 0; fi < groups.size(); ++fi) {
+      files.push_back(ckpt::safetensors_shard_file(fi, groups.size()));
+      nlohmann::ordered_json header;
+      header["__metadata__"] = {{"format", "pt"}};
+      int64_t offset = 0;
+      for (size_t i : groups[fi]) {
+        header[out[i].name] = {{"dtype", dtype}, {"shape", out[i].shape}, {"data_offsets", {offset, offset + bytes[i]}}};
+        out[i].file = fi;
+        out[i].offset = offset;
+        offset += bytes[i];
+      }
+      std::string h = header.dump();
+      h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned, as safetensors writes it
+      std::string le(8, '\0');
+      for (int k = 0; k < 8; ++k) le[k] = static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * k));
+      for (size_t i : groups[fi]) out[i].offset += 8 + static_cast<int64_t>(h.size());
+      headers.push_back(le + h);
+      file_bytes.push_back(8 + static_cast<int64_t>(h.size()) + offset);
+    }
+  });
+
+  // Rank 0 makes the directory and the files at their full sizes; every rank then writes its rows.
+  std::string tmp;
+  runtime::run_agreed(world, [&] {
+    if (rank != 0) return;
+    output->create();
+    tmp = output->tmp();
+    for (size_t fi = 0; fi < files.size(); ++fi) {
+      const std::string f = tmp + "/" + files[fi];
+      const int fd = ::open(f.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (fd < 0) throw IoError(f + ": cannot create: " + io::errno_text(errno));
+      const int err = ::ftruncate(fd, file_bytes[fi]) == 0 ? 0 : errno;
+      try {
+        if (err) throw IoError(f + ": cannot size it (" + io::errno_text(err) + ")");
+        pwrite_all(fd, headers[fi].data(), static_cast<int64_t>(headers[fi].size()), 0, f);
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
+      ::close(fd);
+    }
+  });
+  runtime::broadcast_string(world, tmp, 0, "export.directory");
+  output->adopt(tmp);
+  try {
+    const model::LoraSpec& lora = a.spec.finetune.lora;
+    const double scale = lora.scale();
+    const at::ScalarType st = scalar_of(dtype);
+    const int eb = dtype == "F32" ? 4 : 2;
+    // The base's digests as the run held it (fsdp.param_dtype, widened): the checkpoint's record.
+    const at::ScalarType held = fsdp::parse_dtype(recorded.dtype.empty() ? "fp32" : recorded.dtype);
+    std::vector<uint64_t> digests(2 * out.size(), 0);
+    const uint64_t seed = static_cast<uint64_t>(a.deck->get_int("run.seed"));
+    runtime::run_agreed(world, [&] {
+      std::vector<int> fds(files.size(), -1);
+      struct Close {
+        std::vector<int>& fds;
+        ~Close() { for (int fd : fds) if (fd >= 0) ::close(fd); }
+      } close_all{fds};
+      for (size_t fi = 0; fi < files.size(); ++fi) {
+        const std::string f = tmp + "/" + files[fi];
+        fds[fi] = ::open(f.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fds[fi] < 0) throw IoError(f + ": cannot open: " + io::errno_text(errno));
+      }
+      for (size_t i = 0; i < out.size(); ++i) {
+        const OutTensor& t = out[i];
+        const int64_t r0 = t.rows * rank / size, r1 = t.rows * (rank + 1) / size;
+        if (r1 <= r0) continue;
+        at::Tensor w;  // this rank's rows, fp32
+        auto trained = a.tensors.find(t.name);
+        if (trained != a.tensors.end()) {
+          w = trained->second.reshape({t.rows, t.cols}).narrow(0, r0, r1 - r0).contiguous();
+        } else {
+          if (base) {
+            w = base->read(t.name, r0 * t.cols, (r1 - r0) * t.cols).view({r1 - r0, t.cols});
+          } else {  // run.seed's init, as the engine draws it (whole, then this rank's rows)
+            at::Tensor full = at::empty(t.shape, at::TensorOptions().dtype(at::kFloat));
+            model::init_parameter(full, net->init_rule(t.name), model::param_seed(seed, t.name));
+            w = full.reshape({t.rows, t.cols}).narrow(0, r0, r1 - r0).contiguous();
+          }
+          const at::Tensor as_held = held == at::kFloat ? w : w.to(held).to(at::kFloat).contiguous();
+          ckpt::Digest dg;
+          dg.add(as_held.data_ptr<float>(), as_held.numel(), 4, r0 * t.cols);
+          digests[2 * i] = dg.sum;
+          digests[2 * i + 1] = dg.weighted;
+        }
+        // An adapted layer: + s B A over these rows (PEFT's merge: W + (B @ A) * scaling).
+        const std::string layer = t.name.size() > 7 ? t.name.substr(0, t.name.size() - 7) : "";
+        auto A = a.tensors.find(layer + ".lora_A.weight"), B = a.tensors.find(layer + ".lora_B.weight");
+        if (t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0 && A != a.tensors.end() &&
+            B != a.tensors.end())
+          w = w + at::matmul(B->second.narrow(0, r0, r1 - r0), A->second) * scale;
+        const at::Tensor bytes = (dtype == "F32" ? w : w.to(st)).contiguous();
+        pwrite_all(fds[t.file], bytes.data_ptr(), bytes.numel() * eb, t.offset + r0 * t.cols * eb,
+                   tmp + "/" + files[t.file]);
+      }
+      for (size_t fi = 0; fi < files.size(); ++fi)
+        if (::fdatasync(fds[fi]) != 0) throw IoError(tmp + "/" + files[fi] + ": sync failed: " + io::errno_text(errno));
+    });
+    runtime::sum_u64(world, digests, "export.base_digests");
+    std::vector<uint64_t> peak(static_cast<size_t>(size), 0);
+    peak[static_cast<size_t>(rank)] = static_cast<uint64_t>(read_process_memory().hwm_bytes);
+    runtime::sum_u64(world, peak, "export.peak_memory");
+    runtime::run_agreed(world, [&] {
+      if (rank != 0) return;
+      // The base read is the one the adapter was trained on (checked before anything is visible).
+      ckpt::BaseIdentity now;
+      now.source = init_from.empty() ? "run.seed = " + std::to_string(seed) : init_from;
+      now.dtype = recorded.dtype;
+      for (size_t i = 0; i < out.size(); ++i)
+        if (!a.tensors.count(out[i].name)) now.digests[out[i].name] = ckpt::Digest{digests[2 * i], digests[2 * i + 1]};
+      const std::string diff = recorded.differences(now);
+      ST_USER_CHECK(diff.empty(), path, ": cannot merge this LoRA adapter into another base: it was ", diff,
+                    ". Set checkpoint.init_from in its deck to the base it was trained on");
+      if (files.size() > 1) {
+        nlohmann::ordered_json index;
+        nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+        int64_t data = 0;
+        for (const OutTensor& t : out) {
+          weight_map[t.name] = files[t.file];
+          int64_t n = eb;
+          for (int64_t s : t.shape) n *= s;
+          data += n;
+        }
+        index["metadata"] = {{"total_size", data}};
+        index["weight_map"] = weight_map;
+        io::write_file_atomic(tmp + "/model.safetensors.index.json", index.dump(2) + "\n");
+        files.push_back("model.safetensors.index.json");
+      }
+      const std::string source = o.tokenizer_from.empty() ? train::hf_model_source(*a.deck) : o.tokenizer_from;
+      const std::vector<std::string> side = write_hf_side_files(tmp, base_spec, dtype, source, !o.tokenizer_from.empty());
+      files.insert(files.end(), side.begin(), side.end());
+      output->commit();
+      uint64_t most = 0;
+      for (uint64_t p : peak) most = std::max(most, p);
+      std::printf("exported %s -> %s: merged LoRA adapter (r %lld, scale %g) into its base (%s), %s, %d rank%s "
+                  "(peak resident memory per rank %.1f MiB at most), %zu files:",
+                  path.c_str(), out_dir.c_str(), static_cast<long long>(lora.rank), scale, now.source.c_str(),
+                  dtype.c_str(), size, size == 1 ? "" : "s", static_cast<double>(most) / (1 << 20), files.size());
+      for (const std::string& f : files) std::printf(" %s", f.c_str());
+      std::printf("\n");
+      std::fflush(stdout);
+    });
+  } catch (...) {
+    if (rank == 0) output->abandon();
+    throw;
+  }
+}
+
+}  // namespace shardtrain::model_io
