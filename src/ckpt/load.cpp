@@ -189,6 +189,69 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
   return IoStats{timer.seconds(), snapshot_file_bytes(snap)};
 }
 
+void load_model_parameters(const std::string& path, fsdp::Engine& engine, MPI_Comm world,
+                           const std::function<bool(const std::string&)>& wanted) {
+  // The flats holding a wanted parameter, as fp32 host copies whose wanted slots the file fills.
+  Snapshot snap;
+  std::vector<at::Tensor> copies;
+  const std::vector<fsdp::FlatParam*> flats = engine.flat_params();
+  for (size_t i = 0; i < flats.size(); ++i) {
+    const fsdp::FlatParam& fp = *flats[i];
+    FlatView v;
+    for (const auto& s : fp.slots())
+      if (wanted(s.name)) v.slots.push_back({s.name, s.shape, s.offset, s.numel});
+    if (v.slots.empty()) continue;
+    v.flat = i;
+    v.frozen = true;  // parameters only
+    v.numel = fp.numel();
+    v.padded = fp.padded();
+    v.shard_numel = fp.shard_numel();
+    v.shard_rank = fp.shard_rank();
+    v.shard_size = fp.shard_size();
+    v.shard_begin = static_cast<int64_t>(fp.shard_rank()) * fp.shard_numel();
+    copies.push_back(fp.master().to(at::kCPU, at::kFloat).clone());
+    v.master = copies.back().data_ptr<float>();
+    snap.flats.push_back(std::move(v));
+  }
+  const std::vector<ParamPlan> plan = make_plan(snap, world, /*split=*/true);
+  std::vector<Digest> stored(plan.size());
+  std::vector<uint64_t> sums(2 * plan.size(), 0);
+  runtime::run_agreed(world, [&] { file_errors_are_user_errors(path, [&] {
+    H5Id file;
+    {
+      runtime::BlockingRegion region(world, "load.open");
+      file = open_checkpoint(path, world);
+      for (size_t i = 0; i < plan.size(); ++i)
+        stored[i] = check_dataset(file, path, model_path(plan[i].name), Elem::F32, &plan[i].shape).stored;
+    }
+    H5Id dxpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
+    ST_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const ParamPlan& p = plan[i];
+      float* base = snap.flats[p.flat].master;
+      runtime::BlockingRegion region(world, "load.read");
+      H5Id d(ST_H5_CHECK(H5Dopen2(file, model_path(p.name).c_str(), H5P_DEFAULT)), H5Dclose);
+      H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
+      select_piece(fs, p.shape, p.shard);
+      H5Id ms(piece_mem_space(p.shard), H5Sclose);
+      if (shape_numel(p.shape) > 0) ST_H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, base + p.shard.shard_offset));
+      Digest dg;
+      if (p.own.numel()) dg.add(base + p.own.shard_offset, p.own.numel(), 4, p.own.lo);
+      sums[2 * i] = dg.sum;
+      sums[2 * i + 1] = dg.weighted;
+    }
+    runtime::BlockingRegion region(world, "load.close");
+    file.close();
+  }); });
+  runtime::sum_u64(world, sums, "load.digests");
+  runtime::run_agreed(world, [&] {
+    for (size_t i = 0; i < plan.size(); ++i)
+      if (sums[2 * i] != stored[i].sum || sums[2 * i + 1] != stored[i].weighted)
+        throw UserError(path + ": dataset /" + model_path(plan[i].name) + ": checksum mismatch (the data is corrupt)");
+  });
+  for (size_t k = 0; k < snap.flats.size(); ++k) flats[snap.flats[k].flat]->write_master().copy_(copies[k]);
+}
+
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
   H5Id file = open_checkpoint(path, MPI_COMM_NULL);
   const std::string what = "checkpoint " + path;

@@ -114,9 +114,14 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
         ST_USER_CHECK(hf || !a->deck.path.empty() || !train::hf_model_source(d).empty(), "ckpt import: ", a->file,
                       " has no config.json: give the model with --deck DECK (or --set model.from_hf=DIR)");
       });
-      if (hf) {
+      // A LoRA deck: FILE is the base its adapters are trained on (an adapter checkpoint's deck
+      // names its base in checkpoint.init_from).
+      bool lora = false;
+      runtime::run_agreed(rt.world(), [&] { lora = d.get_int("lora.rank") > 0 || !d.get_string("lora.init_from").empty(); });
+      if (hf || lora) {
         DeckArgs with = a->deck;
-        with.overrides.push_back("model.from_hf=" + a->file);
+        if (hf) with.overrides.push_back("model.from_hf=" + a->file);
+        if (lora) with.overrides.push_back("checkpoint.init_from=" + a->file);
         d = load_deck_agreed(with, rt.world());
       }
       model_io::import_safetensors(rt, d, a->file, a->out);

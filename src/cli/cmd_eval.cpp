@@ -36,13 +36,23 @@ int run_eval(runtime::Runtime& rt, const EvalArgs& a) {
     // checkpoint here; a path names one.
     const std::string resume = d.get_string("checkpoint.resume");
     const bool newest = resume == "auto" || resume == "never";
-    path = model_io::resolve_checkpoint_path(newest ? d.checkpoint_dir() : resume,
-                                          newest ? "checkpoint.dir (its newest checkpoint; or --set checkpoint.resume=PATH)"
-                                                 : "checkpoint.resume");
+    // A base with lora.init_from's adapters needs no checkpoint (model_io::open_inference_model).
+    std::error_code ec;
+    const bool none = newest && !d.get_string("lora.init_from").empty() &&
+                      !std::filesystem::exists(std::filesystem::symlink_status(d.checkpoint_dir() + "/latest", ec));
+    if (!none)
+      path = model_io::resolve_checkpoint_path(newest ? d.checkpoint_dir() : resume,
+                                            newest ? "checkpoint.dir (its newest checkpoint; or --set checkpoint.resume=PATH)"
+                                                   : "checkpoint.resume");
     dataset = a.dataset.empty() ? d.get_string("data.dataset") : a.dataset;
     out = a.out.empty() ? d.out_dir() + "/eval.json" : a.out;
   });
   auto m = model_io::open_inference_model(rt.world(), d, path);
+  // What was evaluated: the checkpoint, or a base with lora.init_from's adapters.
+  if (path.empty()) {
+    const std::string base = d.get_string("checkpoint.init_from");
+    path = (base.empty() ? "run.seed's base" : base) + " + " + d.get_string("lora.init_from");
+  }
   const infer::EvalResult r = infer::evaluate_split(m->net(), dataset, a.split, d.get_int("train.micro_batch"),
                                                     a.max_windows, m->job.device, rt.world());
   const std::string json = infer::eval_json(r, path, m->state.step);

@@ -283,12 +283,18 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
           digests[2 * i] = dg.sum;
           digests[2 * i + 1] = dg.weighted;
         }
-        // An adapted layer: + s B A over these rows (PEFT's merge: W + (B @ A) * scaling).
+        // An adapted layer: W + s B A over these rows (PEFT's merge), in fp64 with the sum over the
+        // rank in a fixed order and one rounding at the end: every element comes out the same
+        // whichever rows a rank merges (a GEMM's blocking would depend on them).
         const std::string layer = t.name.size() > 7 ? t.name.substr(0, t.name.size() - 7) : "";
         auto A = a.tensors.find(layer + ".lora_A.weight"), B = a.tensors.find(layer + ".lora_B.weight");
         if (t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0 && A != a.tensors.end() &&
-            B != a.tensors.end())
-          w = w + at::matmul(B->second.narrow(0, r0, r1 - r0), A->second) * scale;
+            B != a.tensors.end()) {
+          const at::Tensor b = B->second.narrow(0, r0, r1 - r0).to(at::kDouble), av = A->second.to(at::kDouble);
+          at::Tensor delta = at::zeros({r1 - r0, t.cols}, at::TensorOptions().dtype(at::kDouble));
+          for (int64_t k = 0; k < av.size(0); ++k) delta.add_(b.narrow(1, k, 1) * av.narrow(0, k, 1));
+          w = (w.to(at::kDouble) + delta * scale).to(at::kFloat);
+        }
         const at::Tensor bytes = (dtype == "F32" ? w : w.to(st)).contiguous();
         pwrite_all(fds[t.file], bytes.data_ptr(), bytes.numel() * eb, t.offset + r0 * t.cols * eb,
                    tmp + "/" + files[t.file]);

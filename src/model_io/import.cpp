@@ -50,18 +50,30 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
   const model::ModelSpec& spec = job.spec;
   const fsdp::Strategy strategy = job.strategy;
   const runtime::DeviceMesh* mesh = job.mesh.get();
-  // Every parameter is overwritten by the import; zeros are the cheapest placeholder.
-  fsdp::Engine engine(*job.net, job.comms.engine(), job.engine_options, [](const std::string&, at::Tensor& t) { t.zero_(); });
-  fsdp::ShardedOptimizer optimizer(engine, opt_cfg);
-  ckpt::load_safetensors(in, engine, world);
-
   const uint64_t seed = static_cast<uint64_t>(d.get_int("run.seed"));
+  // Every parameter is overwritten by the import (zeros are the cheapest placeholder), but a LoRA
+  // model's adapters, which start as a fresh run's (run.seed's init, or lora.init_from's).
+  const bool adapter = train::is_adapter_run(spec);
+  fsdp::Engine engine(*job.net, job.comms.engine(), job.engine_options,
+                      adapter ? train::seeded_init(*job.net, seed) : [](const std::string&, at::Tensor& t) { t.zero_(); });
+  fsdp::ShardedOptimizer optimizer(engine, opt_cfg);
+  ckpt::CheckpointInfo info = train::checkpoint_info(job, d);
+  if (adapter) {
+    // An adapter checkpoint at step 0: `in` is its base (the deck's checkpoint.init_from, as the
+    // CLI sets it), identified, not stored.
+    info.base_json = train::load_adapter_base(d, engine, world, /*verbose=*/false).json();
+    std::string adapters;
+    runtime::run_agreed(world, [&] { adapters = d.get_string("lora.init_from"); });
+    if (!adapters.empty()) train::load_peft_adapter(adapters, engine, world, /*verbose=*/false);
+  } else {
+    ckpt::load_safetensors(in, engine, world);
+  }
+
   train::seed_default_generator(seed, rt.rank());  // what a fresh run starts with
   // The batch plan is not checked here: the import may run at another rank count than the
   // training; the deck's global batch is recorded only for the resume note.
   const ckpt::TrainState st =
       train::make_train_state(train::LoopPosition{}, d.get_int("train.global_batch"), seed, world);
-  const ckpt::CheckpointInfo info = train::checkpoint_info(job, d);
   const ckpt::IoStats io = ckpt::save_checkpoint(out, engine, optimizer, st, info, world);
   if (rt.rank() == 0) {
     std::printf("imported %s -> %s: %s, %lld parameters, %d ranks (%s, %d replicate x %d shard); wrote %.1f MB in %.2f s\n",

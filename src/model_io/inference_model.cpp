@@ -6,8 +6,10 @@
 
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "shardtrain/ckpt/tools.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/model.h"
 #include "shardtrain/model_io/import.h"
 #include "shardtrain/runtime/agree.h"
@@ -49,6 +51,22 @@ std::string resolve_checkpoint_path(const std::string& p, const std::string& wha
   return p;
 }
 
+namespace {
+// A resolved deck with its [lora] keys that were defaults left out (resolved_toml marks them
+// "(default)"): a base checkpoint read with --set lora.init_from=DIR lets the adapter's
+// adapter_config.json fill them, as a deck that never named them would.
+std::string without_lora_defaults(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, out, section;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line[0] == '[') section = line.substr(1, line.find(']') - 1);
+    const bool dflt = line.size() >= 9 && line.compare(line.size() - 9, 9, "(default)") == 0;
+    if (!(section == "lora" && dflt)) out += line + "\n";
+  }
+  return out;
+}
+}  // namespace
+
 deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::string>& overrides) {
   const ckpt::CheckpointMeta meta = ckpt::read_checkpoint_meta(ckpt_path);
   ST_USER_CHECK(!meta.deck_text.empty(), ckpt_path, ": the checkpoint records no deck (deck_text attribute)");
@@ -84,8 +102,13 @@ deck::Deck checkpoint_deck(const std::string& ckpt_path, const std::vector<std::
     if (meta.base_json.empty()) o.push_back("checkpoint.init_from=\"\"");
     o.insert(o.end(), recorded.begin(), recorded.end());
   }
+  // An adapter checkpoint: its [lora] as recorded (lora.init_from's filled keys included).
+  if (!meta.base_json.empty()) {
+    const auto ft = finetune_overrides(model_spec_from_json(meta.model_spec_json, "checkpoint " + ckpt_path));
+    o.insert(o.end(), ft.begin(), ft.end());
+  }
   o.insert(o.end(), overrides.begin(), overrides.end());
-  return deck::Deck::parse(meta.deck_text, ckpt_path + " (its resolved deck)", o);
+  return deck::Deck::parse(without_lora_defaults(meta.deck_text), ckpt_path + " (its resolved deck)", o);
 }
 
 std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck::Deck& d, const std::string& ckpt_path) {
@@ -95,9 +118,12 @@ std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck:
   // crafted deck claiming a model far larger than the file): one UserError before anything is
   // allocated or read collectively (the load checks the rest, digests included).
   runtime::run_agreed(world, [&] {
-    if (rank != 0) return;
-    ckpt::read_checkpoint_meta(ckpt_path);
-    ckpt::check_model_datasets(ckpt_path, expected_tensors(train::model_spec_from_deck(d)));
+    if (rank != 0 || ckpt_path.empty()) return;
+    const ckpt::CheckpointMeta meta = ckpt::read_checkpoint_meta(ckpt_path);
+    model::ModelSpec spec = train::model_spec_from_deck(d);
+    // A whole model's checkpoint as the base of an adapter model holds the base's parameters.
+    if (meta.base_json.empty()) spec.finetune = model::Finetune{};
+    ckpt::check_model_datasets(ckpt_path, expected_tensors(spec));
   });
   auto m = std::make_unique<InferenceModel>();
   m->path = ckpt_path;
@@ -113,20 +139,30 @@ std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck:
   m->engine = std::make_unique<fsdp::Engine>(*m->job.net, m->job.comms.engine(), m->job.engine_options,
                                              adapter ? train::seeded_init(*m->job.net, seed) : zeros);
   m->optimizer = std::make_unique<fsdp::ShardedOptimizer>(*m->engine, opt_cfg);
-  const std::string recorded = [&] {
-    std::string b;
-    runtime::run_agreed(world, [&] { b = ckpt::read_checkpoint_meta(ckpt_path).base_json; });
-    return b;
-  }();
-  if (adapter) {
+  std::string recorded, adapters;
+  runtime::run_agreed(world, [&] {
+    if (!ckpt_path.empty()) recorded = ckpt::read_checkpoint_meta(ckpt_path).base_json;
+    adapters = d.get_string("lora.init_from");
+    ST_USER_CHECK(adapter || recorded.empty(), ckpt_path, " holds a LoRA adapter, but the deck it is read with has lora.rank = 0");
+    ST_USER_CHECK(!adapter || !recorded.empty() || !adapters.empty(), ckpt_path.empty() ? "no checkpoint" : ckpt_path,
+                  ": the deck has lora.rank > 0 but no adapters to read: give an adapter checkpoint, or the adapters "
+                  "with --set lora.init_from=DIR");
+  });
+  if (!adapter) {
+    ckpt::load_checkpoint(ckpt_path, *m->engine, *m->optimizer, m->state, world);
+  } else if (!recorded.empty()) {  // an adapter checkpoint on its base
     const ckpt::BaseIdentity base = train::load_adapter_base(d, *m->engine, world, /*verbose=*/false);
     runtime::run_agreed(world, [&] { train::check_adapter_base(ckpt_path, recorded, base, "use"); });
-  } else {
-    runtime::run_agreed(world, [&] {
-      ST_USER_CHECK(recorded.empty(), ckpt_path, " holds a LoRA adapter, but the deck it is read with has lora.rank = 0");
-    });
+    ckpt::load_checkpoint(ckpt_path, *m->engine, *m->optimizer, m->state, world);
+  } else {  // a base (a whole model's checkpoint, or the deck's init_from) plus lora.init_from's adapters
+    if (ckpt_path.empty()) {
+      train::load_adapter_base(d, *m->engine, world, /*verbose=*/false);
+    } else {
+      ckpt::load_model_parameters(ckpt_path, *m->engine, world, [](const std::string& n) { return !model::is_lora_param(n); });
+      runtime::run_agreed(world, [&] { m->state = ckpt::read_train_state(ckpt_path); });
+    }
+    train::load_peft_adapter(adapters, *m->engine, world, /*verbose=*/false);
   }
-  ckpt::load_checkpoint(ckpt_path, *m->engine, *m->optimizer, m->state, world);
   return m;
 }
 

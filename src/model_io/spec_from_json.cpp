@@ -12,15 +12,19 @@
 
 namespace shardtrain::model_io {
 
+namespace {
+std::string toml_string(const std::string& v) {
+  std::string q = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') q += '\\';
+    q += c;
+  }
+  return q + "\"";
+}
+}  // namespace
+
 std::vector<std::string> spec_overrides(const model::ModelSpec& s) {
-  auto quoted = [](const std::string& v) {
-    std::string q = "\"";
-    for (char c : v) {
-      if (c == '"' || c == '\\') q += '\\';
-      q += c;
-    }
-    return q + "\"";
-  };
+  const auto quoted = toml_string;
   std::vector<std::string> o = {"model.arch=" + quoted(s.arch), "model.preset=\"\""};
   const bool images = model::input_kind(s) == model::InputKind::Images;
   for (const model::SpecField& f : model::spec_fields()) {
@@ -38,6 +42,26 @@ std::vector<std::string> spec_overrides(const model::ModelSpec& s) {
     o.push_back(std::string("model.") + f.name + "=" + v);
   }
   return o;
+}
+
+std::vector<std::string> finetune_overrides(const model::ModelSpec& s) {
+  auto list = [](const std::vector<std::string>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_string(v[i]);
+    return out + "]";
+  };
+  auto number = [](double x) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", x);
+    std::string v = buf;
+    if (v.find_first_of(".eEn") == std::string::npos) v += ".0";
+    return v;
+  };
+  const model::Finetune& f = s.finetune;
+  return {"lora.rank=" + std::to_string(f.lora.rank), "lora.alpha=" + number(f.lora.alpha),
+          "lora.dropout=" + number(f.lora.dropout), std::string("lora.rslora=") + (f.lora.rslora ? "true" : "false"),
+          "lora.targets=" + list(f.lora.targets), "lora.train_also=" + list(f.train_also),
+          "train.freeze=" + list(f.freeze), "lora.init_from=\"\""};
 }
 
 model::ModelSpec model_spec_from_json(const std::string& text, const std::string& what) {

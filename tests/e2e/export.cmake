@@ -25,6 +25,15 @@ if(SHARDTRAIN_EXPORT_PYTHON)
     set_tests_properties(e2e_hf_models PROPERTIES PROCESSORS 2 TIMEOUT 600 LABELS "e2e;mpi"
       FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:"
       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_ess_singleton_isolated=1")
+    # LoRA with PEFT's semantics against an independent PyTorch implementation: eval and one
+    # optimizer step of a hub adapter, ranks / strategies / resume bit for bit, PEFT export round
+    # trip, the merged export, train.freeze, bad input (tests/e2e/export/lora.sh).
+    add_test(NAME e2e_lora
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export/lora.sh $<TARGET_FILE:shardtrain>
+              ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
+    set_tests_properties(e2e_lora PROPERTIES PROCESSORS 2 TIMEOUT 900 LABELS "e2e;mpi"
+      FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:"
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_ess_singleton_isolated=1")
     # Instruction data: eval's loss over the counted targets only equals the independent GPT-2's.
     add_test(NAME e2e_instruction_eval_reference
       COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export/instruction_eval.sh $<TARGET_FILE:shardtrain>

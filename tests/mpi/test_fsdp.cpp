@@ -16,6 +16,7 @@
 #include "shardtrain/fsdp/strategy_comms.h"
 #include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/runtime/topology.h"
+#include "shardtrain/util/names.h"
 #include "tiny_transformer.h"
 
 using namespace shardtrain;
@@ -36,6 +37,7 @@ struct Case {
   int64_t min_num_params = 0;       // 0: wrap by type
   fsdp::BackwardPrefetch prefetch = fsdp::BackwardPrefetch::Pre;
   bool forward_prefetch = false;
+  std::vector<std::string> frozen;  // parameter-name patterns with requires_grad false (util/names.h)
 };
 
 constexpr float kLr = 1e-2f;
@@ -79,26 +81,37 @@ std::map<std::string, at::Tensor> gather_params(fsdp::Engine& e, MPI_Comm shard)
   std::map<std::string, at::Tensor> out;
   for (fsdp::FlatParam* fp : e.flat_params()) {
     at::Tensor whole = at::empty({fp->padded()}, at::kFloat);
+    const at::Tensor mine = fp->master().to(at::kFloat).contiguous();  // a frozen shard may be bf16
     if (fp->shard_size() == 1)
-      whole.copy_(fp->master());
+      whole.copy_(mine);
     else
-      MPI_Allgather(fp->master().data_ptr<float>(), static_cast<int>(fp->shard_numel()), MPI_FLOAT,
+      MPI_Allgather(mine.data_ptr<float>(), static_cast<int>(fp->shard_numel()), MPI_FLOAT,
                     whole.data_ptr<float>(), static_cast<int>(fp->shard_numel()), MPI_FLOAT, shard);
     for (auto& s : fp->slots()) out[s.name] = whole.narrow(0, s.offset, s.numel).view(s.shape).clone();
   }
   return out;
 }
 
+// requires_grad false on the parameters `frozen` names (how train.freeze and LoRA mark them).
+void freeze(torch::nn::Module& m, const std::vector<std::string>& frozen) {
+  for (auto& p : m.named_parameters())
+    if (matches_any(p.key(), frozen)) p.value().requires_grad_(false);
+}
+
 struct Reference {
   tiny::Model model;
   std::unique_ptr<torch::optim::AdamW> opt;
-  explicit Reference(const tiny::Config& c) : model(c, at::kCPU) {
+  explicit Reference(const tiny::Config& c, const std::vector<std::string>& frozen = {}) : model(c, at::kCPU) {
     std::vector<at::Tensor> decay, no_decay;
     {
       at::NoGradGuard ng;
       for (auto& p : model.named_parameters()) {
         at::Tensor t = p.value();
         tiny::init_param(p.key(), t);
+        if (matches_any(p.key(), frozen)) {  // plain libtorch: no gradient, so Adam leaves it alone
+          p.value().requires_grad_(false);
+          continue;
+        }
         bool nd = p.key().find("bias") != std::string::npos || p.key().find("ln_") != std::string::npos;
         (nd ? no_decay : decay).push_back(p.value());
       }
@@ -128,10 +141,11 @@ void run_case(const Case& k, double rtol, double atol, bool expect_loss_falls = 
   if (k.simulate_ranks_per_host > 0 && D % k.simulate_ranks_per_host) GTEST_SKIP();
   tiny::Config c;
   const int64_t G = static_cast<int64_t>(D) * k.accum * kMicro;
-  Reference ref(c);
+  Reference ref(c, k.frozen);
 
   Groups g = make_groups(k);
   tiny::Model model(c, at::kMeta);
+  freeze(model, k.frozen);
   fsdp::EngineOptions eo;
   eo.strategy = k.strategy;
   eo.wrap_types = k.min_num_params ? std::vector<std::string>{} : std::vector<std::string>{model.blocks[0]->name()};
@@ -155,6 +169,8 @@ void run_case(const Case& k, double rtol, double atol, bool expect_loss_falls = 
   // Same initial values as the reference, whatever the world size.
   for (auto& [name, value] : gather_params(engine, g.shard_mpi)) {
     at::Tensor want = *ref.model.named_parameters().find(name);
+    // A frozen shard is kept in the compute dtype: the reference's value rounded to it.
+    if (k.dtype != at::kFloat && matches_any(name, k.frozen)) want = want.detach().to(k.dtype).to(at::kFloat);
     ASSERT_TRUE(at::equal(value, want)) << k.name << ": initial " << name;
   }
 
@@ -200,6 +216,34 @@ void run_case(const Case& k, double rtol, double atol, bool expect_loss_falls = 
     max_rel = std::max(max_rel, rel);
   }
   if (world_rank() == 0) std::printf("  %s: max relative parameter error %.2e\n", k.name.c_str(), max_rel);
+  if (!k.frozen.empty()) {
+    // Frozen parameters: bitwise their initial values; only trainable flats hold gradients and
+    // optimizer state, and frozen shards sit in the compute dtype (the engine's own counters).
+    int64_t trainable = 0, frozen_bytes = 0;
+    for (fsdp::FlatParam* fp : engine.flat_params()) {
+      if (fp->frozen()) {
+        EXPECT_FALSE(fp->grad_shard().defined());
+        frozen_bytes += fp->shard_numel() * static_cast<int64_t>(c10::elementSize(fp->dtype()));
+      } else {
+        trainable += fp->shard_numel();
+      }
+    }
+    ASSERT_GT(frozen_bytes, 0) << k.name << ": nothing frozen";
+    const fsdp::MemoryStats m = engine.memory();
+    EXPECT_EQ(m.grad_bytes, 4 * trainable) << k.name;
+    EXPECT_EQ(m.master_bytes, 4 * trainable) << k.name;
+    EXPECT_EQ(m.frozen_bytes, frozen_bytes) << k.name;
+    EXPECT_EQ(opt.state_bytes(), 8 * trainable) << k.name;
+    tiny::Model init(c, at::kCPU);
+    at::NoGradGuard ng;
+    for (auto& [name, value] : gather_params(engine, g.shard_mpi)) {
+      if (!matches_any(name, k.frozen)) continue;
+      at::Tensor want = *init.named_parameters().find(name);
+      tiny::init_param(name, want);
+      EXPECT_TRUE(at::equal(value, k.dtype == at::kFloat ? want : want.to(k.dtype).to(at::kFloat)))
+          << k.name << ": frozen " << name << " changed";
+    }
+  }
   if (expect_loss_falls) EXPECT_LT(last_loss, first_loss - 0.05) << k.name;
   // Everything resharded between steps (except no_shard, which keeps parameters).
   if (k.strategy != fsdp::Strategy::NoShard)
@@ -250,6 +294,35 @@ TEST(FsdpEquivalence, SizeBasedWrapPolicy) {
   k.prefetch = fsdp::BackwardPrefetch::None;
   run_case(k, kRtol, kAtol);
 }
+// Frozen parameters (train.freeze, a LoRA base): units that mix frozen and trainable parameters,
+// a block frozen whole that gradients still pass through to trainable embeddings, under
+// recomputation and hybrid sharding; the same parameters as plain libtorch with those frozen.
+TEST(FsdpFrozen, MixedUnits) {
+  Case k{"full_shard frozen qkv+fc+wte", fsdp::Strategy::FullShard};
+  k.frozen = {"attn_qkv_weight", "mlp_fc_weight", "wte_weight"};
+  run_case(k, kRtol, kAtol);
+}
+TEST(FsdpFrozen, WholeBlockRecomputeHybrid) {
+  Case k{"hybrid frozen h0 + recompute", fsdp::Strategy::HybridShard};
+  k.simulate_ranks_per_host = world_size() % 2 == 0 ? 2 : 1;
+  k.frozen = {"h0.*", "ln_f_*"};
+  k.recompute = true;
+  k.accum = 3;
+  run_case(k, kRtol, kAtol);
+}
+TEST(FsdpFrozen, ShardGradOpIgnoredAndFrozen) {
+  Case k{"shard_grad_op frozen wpe (ignored) + h1 proj", fsdp::Strategy::ShardGradOp};
+  k.ignored = {"wpe"};
+  k.frozen = {"wpe_weight", "h1.attn_proj_weight"};
+  run_case(k, kRtol, kAtol);
+}
+TEST(FsdpFrozen, Bf16FrozenShardsInBf16) {
+  Case k{"no_shard bf16 frozen mlp", fsdp::Strategy::NoShard};
+  k.dtype = at::kBFloat16;
+  k.frozen = {"*mlp_*_weight"};
+  run_case(k, 0.02, 0, /*expect_loss_falls=*/true);
+}
+
 // bf16 steps differ from fp32 ones by bf16 rounding of the gradients, which Adam then
 // normalises: within 2% over the model after five steps, and the loss falls.
 TEST(FsdpMixedPrecision, Bf16TracksFp32AndTrains) {

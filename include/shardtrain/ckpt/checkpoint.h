@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,12 @@ struct LoadOptions {
 };
 IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
                         TrainState& state, MPI_Comm world, const LoadOptions& lo = {});
+
+// Collective. The /model datasets of the parameters `wanted` picks into the engine's masters
+// (their other slots, and every other dataset of the file, untouched), digests checked, no
+// optimizer or training state read: a checkpoint of a whole model as the base of an adapter model.
+void load_model_parameters(const std::string& path, fsdp::Engine& engine, MPI_Comm world,
+                           const std::function<bool(const std::string&)>& wanted);
 
 // One process (no MPI-IO): the /train group alone (step, cursor, generator states, extra),
 // checksums checked. What a resume inspects before it loads any weights. UserError naming

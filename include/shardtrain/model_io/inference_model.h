@@ -38,7 +38,11 @@ struct InferenceModel {
 };
 
 // Collective over world: builds the deck's model, sharded, and loads `ckpt_path` into it (every
-// digest checked). A checkpoint of another model is one UserError on every rank.
+// digest checked). A checkpoint of another model is one UserError on every rank. With LoRA
+// (lora.rank > 0): an adapter checkpoint is loaded on its base (checkpoint.init_from or run.seed,
+// checked against the checkpoint's record); a whole model's checkpoint, or no checkpoint at all
+// (ckpt_path "": the deck's checkpoint.init_from or run.seed), is the base of lora.init_from's
+// adapters.
 std::unique_ptr<InferenceModel> open_inference_model(MPI_Comm world, const deck::Deck& d, const std::string& ckpt_path);
 
 }  // namespace shardtrain::model_io
