@@ -136,4 +136,10 @@ int64_t trainable_parameter_count(Model& m) {
   return n;
 }
 
+int64_t total_parameter_count(Model& m) {
+  int64_t n = 0;
+  for (const auto& item : m.named_parameters()) n += item.value().numel();
+  return n;
+}
+
 }  // namespace shardtrain::model

@@ -25,6 +25,7 @@
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
 #include "shardtrain/model/bf16_gemm.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/runtime/agree.h"
@@ -258,6 +259,16 @@ void print_run_banner(const ShardedJob& job, const RunSettings& rs, const DataSo
   const int threads = job.threads;
   std::printf("# model %s: %lld parameters (%.1f M); %d units; wrapped in %.2f s\n", spec.arch.c_str(),
               static_cast<long long>(params), params / 1e6, engine.num_units(), wrap_timer.seconds());
+  if (spec.finetune.any()) {
+    // What trains (model/lora.h): LoRA's adapters and lora.train_also, or all but train.freeze.
+    const model::LoraSpec& l = spec.finetune.lora;
+    const int64_t all = model::total_parameter_count(*job.net), trains = model::trainable_parameter_count(*job.net);
+    std::printf("# %s: %lld of %lld parameters train (%.2f%%); the rest frozen (%s shards, no gradient or optimizer "
+                "state)\n",
+                l.on() ? log::fmt("LoRA r ", l.rank, ", alpha ", l.alpha, l.rslora ? " (rslora)" : "").c_str() : "train.freeze",
+                static_cast<long long>(trains), static_cast<long long>(all), 100.0 * trains / std::max<int64_t>(all, 1),
+                fsdp::dtype_name(eopts.mp.param_dtype));
+  }
   std::printf("# world %d ranks (%d host%s%s), mesh %d replicate x %d shard, strategy %s, %s params, %d threads/rank\n",
               size, topo.num_hosts, topo.num_hosts == 1 ? "" : "s", topo.simulated ? ", simulated" : "",
               job.mesh->replicate_size(), job.mesh->shard_size(), fsdp::to_string(job.strategy),

@@ -33,7 +33,9 @@ bool is_lora_param(const std::string& name);
 // train_also without LoRA, and a model left with nothing to train.
 void apply_finetune(Model& m, const Finetune& f);
 
-// Elements of the parameters that train (requires_grad): all of them without a finetune.
+// Elements of the parameters that train (requires_grad): all of them without a finetune; and of
+// all parameters, adapters included (parameter_count(spec) counts the architecture's).
 int64_t trainable_parameter_count(Model& m);
+int64_t total_parameter_count(Model& m);
 
 }  // namespace shardtrain::model
