@@ -15,6 +15,7 @@
 
 #include "shardtrain/ckpt/peft.h"
 #include "shardtrain/model/hf_config.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
@@ -291,6 +292,14 @@ StepBytesBound step_bytes_lower_bound(const model::ModelSpec& spec, int64_t micr
   const double B = static_cast<double>(micro_batch);
   b.params = static_cast<double>(model::parameter_count(spec));
   b.state = 8.0 * b.params / std::max(1, world_size);
+  if (spec.finetune.any()) {
+    // Frozen parameters: no gradient, at least 2 bytes (bf16) each; the trainable ones 8 (the
+    // model on meta says which).
+    std::shared_ptr<model::Model> meta = model::build_model(spec, at::kMeta);
+    const double trains = static_cast<double>(model::trainable_parameter_count(*meta));
+    const double frozen = static_cast<double>(model::total_parameter_count(*meta)) - trains;
+    b.state = (8.0 * trains + 2.0 * frozen) / std::max(1, world_size);
+  }
   double tokens = static_cast<double>(spec.seq_len);
   const bool images = model::input_kind(spec) == model::InputKind::Images;
   if (images) {  // a token per patch and the class token
@@ -330,8 +339,9 @@ void check_fits_host_memory(const deck::Deck& d, const model::ModelSpec& spec, c
           gib(act);
   else
     why = "its " + std::to_string(static_cast<long long>(params)) +
-          " parameters' fp32 weights and gradients alone take " + gib(state) + " per rank over " +
-          std::to_string(world_size) + " ranks";
+          (spec.finetune.any() ? " parameters (frozen ones at 2 bytes, trained ones with fp32 weights and gradients)"
+                               : " parameters' fp32 weights and gradients") +
+          " alone take " + gib(state) + " per rank over " + std::to_string(world_size) + " ranks";
   // Blame the keys of the term that does not fit: an override of one of them first (that is
   // what changed), else the first the deck sets.
   std::vector<const char*> keys;

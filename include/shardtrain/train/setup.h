@@ -62,7 +62,7 @@ struct StepBytesBound {
 StepBytesBound step_bytes_lower_bound(const model::ModelSpec& spec, int64_t micro_batch, int world_size);
 
 // Collective over world. A lower bound of one step's memory per rank (fp32 weights and
-// gradients sharded over all ranks, plus, on a CPU device, the logits or one layer's attention
+// gradients sharded over all ranks; a frozen parameter 2 bytes and no gradient, plus, on a CPU device, the logits or one layer's attention
 // scores of a micro-batch) against this host's memory shared by its ranks: UserError naming
 // the keys (model.seq_len, train.micro_batch) and `shardtrain plan` when it cannot fit, instead
 // of an allocation failure deep in libtorch. Never refuses a run that would fit.
