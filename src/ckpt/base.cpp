@@ -68,16 +68,7 @@ BaseIdentity frozen_identity(fsdp::Engine& engine, MPI_Comm world, const std::st
   for (size_t i = 0; i < flats.size(); ++i) {
     const fsdp::FlatParam& fp = *flats[i];
     if (!fp.frozen()) continue;
-    FlatView v;
-    v.flat = i;
-    v.frozen = true;
-    for (const auto& s : fp.slots()) v.slots.push_back({s.name, s.shape, s.offset, s.numel});
-    v.numel = fp.numel();
-    v.padded = fp.padded();
-    v.shard_numel = fp.shard_numel();
-    v.shard_rank = fp.shard_rank();
-    v.shard_size = fp.shard_size();
-    v.shard_begin = static_cast<int64_t>(fp.shard_rank()) * fp.shard_numel();
+    FlatView v = flat_view(fp, i);
     hold.push_back(fp.master().to(at::kCPU, at::kFloat).contiguous());
     v.master = hold.back().data_ptr<float>();
     snap.flats.push_back(std::move(v));

@@ -34,6 +34,20 @@ std::vector<T> read_small(hid_t file, const std::string& path, const std::string
   return v;
 }
 
+// Reads this rank's shard slices of dataset `dpath` into `base` (collective) and returns the
+// digest of its own share (summed over the world, the dataset's).
+Digest read_piece(hid_t file, const std::string& dpath, const ParamPlan& p, float* base, hid_t dxpl, MPI_Comm world) {
+  runtime::BlockingRegion region(world, "load.read");
+  H5Id d(ST_H5_CHECK(H5Dopen2(file, dpath.c_str(), H5P_DEFAULT)), H5Dclose);
+  H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
+  select_piece(fs, p.shape, p.shard);
+  H5Id ms(piece_mem_space(p.shard), H5Sclose);
+  if (shape_numel(p.shape) > 0) ST_H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, base + p.shard.shard_offset));
+  Digest dg;
+  if (p.own.numel()) dg.add(base + p.own.shard_offset, p.own.numel(), 4, p.own.lo);
+  return dg;
+}
+
 // /train: cursor, generator states and the loop attributes (checksums checked).
 TrainState read_train_group(hid_t file, const std::string& path, hid_t dxpl) {
   TrainState state;
@@ -133,16 +147,8 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
       const FlatView& v = snap.flats[p.flat];
       for (size_t k = 0; k <= v.states.size(); ++k) {
         if (k > 0 && !present[k - 1]) continue;
-        std::string dpath = k == 0 ? model_path(p.name) : optim_path(snap.state_names[k - 1], p.name);
-        float* base = k == 0 ? v.master : v.states[k - 1];
-        runtime::BlockingRegion region(world, "load.read");
-        H5Id d(ST_H5_CHECK(H5Dopen2(file, dpath.c_str(), H5P_DEFAULT)), H5Dclose);
-        H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
-        select_piece(fs, p.shape, p.shard);
-        H5Id ms(piece_mem_space(p.shard), H5Sclose);
-        if (shape_numel(p.shape) > 0) ST_H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, base + p.shard.shard_offset));
-        Digest dg;
-        if (p.own.numel()) dg.add(base + p.own.shard_offset, p.own.numel(), 4, p.own.lo);
+        const std::string dpath = k == 0 ? model_path(p.name) : optim_path(snap.state_names[k - 1], p.name);
+        const Digest dg = read_piece(file, dpath, p, k == 0 ? v.master : v.states[k - 1], dxpl, world);
         size_t j = i * (1 + ns) + k;
         local[2 * j] = dg.sum;
         local[2 * j + 1] = dg.weighted;
@@ -196,19 +202,12 @@ void load_model_parameters(const std::string& path, fsdp::Engine& engine, MPI_Co
   std::vector<at::Tensor> copies;
   const std::vector<fsdp::FlatParam*> flats = engine.flat_params();
   for (size_t i = 0; i < flats.size(); ++i) {
-    const fsdp::FlatParam& fp = *flats[i];
-    FlatView v;
-    for (const auto& s : fp.slots())
-      if (wanted(s.name)) v.slots.push_back({s.name, s.shape, s.offset, s.numel});
-    if (v.slots.empty()) continue;
-    v.flat = i;
+    FlatView v = flat_view(*flats[i], i);
     v.frozen = true;  // parameters only
-    v.numel = fp.numel();
-    v.padded = fp.padded();
-    v.shard_numel = fp.shard_numel();
-    v.shard_rank = fp.shard_rank();
-    v.shard_size = fp.shard_size();
-    v.shard_begin = static_cast<int64_t>(fp.shard_rank()) * fp.shard_numel();
+    v.slots.erase(std::remove_if(v.slots.begin(), v.slots.end(), [&](const SlotView& s) { return !wanted(s.name); }),
+                  v.slots.end());
+    if (v.slots.empty()) continue;
+    const fsdp::FlatParam& fp = *flats[i];
     copies.push_back(fp.master().to(at::kCPU, at::kFloat).clone());
     v.master = copies.back().data_ptr<float>();
     snap.flats.push_back(std::move(v));
@@ -228,15 +227,7 @@ void load_model_parameters(const std::string& path, fsdp::Engine& engine, MPI_Co
     ST_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
     for (size_t i = 0; i < plan.size(); ++i) {
       const ParamPlan& p = plan[i];
-      float* base = snap.flats[p.flat].master;
-      runtime::BlockingRegion region(world, "load.read");
-      H5Id d(ST_H5_CHECK(H5Dopen2(file, model_path(p.name).c_str(), H5P_DEFAULT)), H5Dclose);
-      H5Id fs(ST_H5_CHECK(H5Dget_space(d)), H5Sclose);
-      select_piece(fs, p.shape, p.shard);
-      H5Id ms(piece_mem_space(p.shard), H5Sclose);
-      if (shape_numel(p.shape) > 0) ST_H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, base + p.shard.shard_offset));
-      Digest dg;
-      if (p.own.numel()) dg.add(base + p.own.shard_offset, p.own.numel(), 4, p.own.lo);
+      const Digest dg = read_piece(file, model_path(p.name), p, snap.flats[p.flat].master, dxpl, world);
       sums[2 * i] = dg.sum;
       sums[2 * i + 1] = dg.weighted;
     }

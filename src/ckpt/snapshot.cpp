@@ -37,16 +37,7 @@ Snapshot layout_snapshot(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
     ST_CHECK(fp.master().defined() && (fp.frozen() || fp.master().scalar_type() == at::kFloat) &&
                  fp.master().is_contiguous() && fp.master().numel() == fp.shard_numel(),
              "flat param ", i, ": master is not a contiguous fp32 shard of ", fp.shard_numel());
-    FlatView v;
-    v.flat = i;
-    v.frozen = fp.frozen();
-    for (const auto& slot : fp.slots()) v.slots.push_back({slot.name, slot.shape, slot.offset, slot.numel});
-    v.numel = fp.numel();
-    v.padded = fp.padded();
-    v.shard_numel = fp.shard_numel();
-    v.shard_rank = fp.shard_rank();
-    v.shard_size = fp.shard_size();
-    v.shard_begin = static_cast<int64_t>(fp.shard_rank()) * fp.shard_numel();
+    FlatView v = flat_view(fp, i);
     if (!v.frozen) v.states.assign(s.state_names.size(), nullptr);
     s.flats.push_back(std::move(v));
   }
@@ -85,6 +76,20 @@ void engine_states(Snapshot& s, fsdp::Engine& engine, fsdp::ShardedOptimizer& op
 at::Tensor host_floats(float* p, int64_t n) { return at::from_blob(p, {n}, at::TensorOptions().dtype(at::kFloat)); }
 
 }  // namespace
+
+FlatView flat_view(const fsdp::FlatParam& fp, size_t index) {
+  FlatView v;
+  v.flat = index;
+  v.frozen = fp.frozen();
+  for (const auto& slot : fp.slots()) v.slots.push_back({slot.name, slot.shape, slot.offset, slot.numel});
+  v.numel = fp.numel();
+  v.padded = fp.padded();
+  v.shard_numel = fp.shard_numel();
+  v.shard_rank = fp.shard_rank();
+  v.shard_size = fp.shard_size();
+  v.shard_begin = static_cast<int64_t>(fp.shard_rank()) * fp.shard_numel();
+  return v;
+}
 
 bool snapshot_in_host_memory(fsdp::Engine& engine, fsdp::ShardedOptimizer& opt) {
   std::vector<fsdp::FlatParam*> flats = engine.flat_params();

@@ -38,6 +38,9 @@ struct Snapshot {
   size_t optional_from = SIZE_MAX;
 };
 
+// Flat `index` of engine.flat_params() as a view: its layout, no data pointers, no states.
+FlatView flat_view(const fsdp::FlatParam& fp, size_t index);
+
 // A checkpoint holds the engine's flats but the frozen ones when the engine's options say so
 // (EngineOptions::checkpoint_frozen = false: an adapter run); frozen flats carry parameters only.
 // True when every master and optimizer state array is in host memory in fp32 (views are
