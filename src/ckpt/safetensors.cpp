@@ -170,12 +170,13 @@ std::vector<std::string> safetensors_files(const std::string& path) {
                     "model.safetensors.index.json, or a directory that holds model.safetensors or the index (a "
                     "Hugging Face model directory)");
   if (fs::is_directory(path)) {
+    // transformers' order (modeling_utils: SAFE_WEIGHTS_NAME before SAFE_WEIGHTS_INDEX_NAME):
+    // model.safetensors wins, so a directory holding both loads the same model here and there.
+    const fs::path single = fs::path(path) / "model.safetensors";
+    if (fs::exists(fs::symlink_status(single, ec))) return {single.string()};
     index = (fs::path(path) / "model.safetensors.index.json").string();
-    if (!fs::exists(index)) {
-      const fs::path single = fs::path(path) / "model.safetensors";
-      if (fs::exists(single)) return {single.string()};
-      throw UserError("safetensors " + path + ": a directory without model.safetensors.index.json or model.safetensors");
-    }
+    if (!fs::exists(fs::symlink_status(index, ec)))
+      throw UserError("safetensors " + path + ": a directory without model.safetensors or model.safetensors.index.json");
   } else if (path.size() < 5 || path.compare(path.size() - 5, 5, ".json") != 0) {
     return {path};
   }
@@ -204,6 +205,54 @@ std::vector<std::string> safetensors_files(const std::string& path) {
   return {files.begin(), files.end()};
 }
 
+bool has_safetensors_weights(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json"})
+    if (fs::exists(fs::symlink_status(fs::path(dir) / name, ec))) return true;
+  return false;
+}
+
+int64_t safetensors_float_values(const std::string& path) {
+  int64_t values = 0;
+  for (const std::string& f : safetensors_files(path))
+    for (const SafetensorsEntry& e : read_safetensors_header(f)) {
+      if (!float_dtypes().count(e.dtype)) continue;
+      // Each tensor lies inside its file (read_safetensors_header): the sum is at most the files' bytes.
+      values += (e.end - e.begin) / dtype_bytes(e.dtype);
+    }
+  return values;
+}
+
+SafetensorsMatch match_safetensors(const std::string& path, const std::vector<ExpectedTensor>& expected) {
+  SafetensorsMatch m;
+  m.files = safetensors_files(path);
+  for (size_t i = 0; i < m.files.size(); ++i)
+    for (auto& e : read_safetensors_header(m.files[i])) {
+      if (m.entries.count(e.name))
+        throw UserError("safetensors " + path + ": tensor '" + e.name + "' is in both " + m.files[m.entries[e.name].first] +
+                        " and " + m.files[i]);
+      m.entries[e.name] = {i, e};
+    }
+  std::set<std::string> wanted;
+  for (const ExpectedTensor& t : expected) {
+    wanted.insert(t.name);
+    auto it = m.entries.find(t.name);
+    if (it == m.entries.end()) throw UserError("safetensors " + path + ": tensor '" + t.name + "' is missing");
+    const SafetensorsEntry& e = it->second.second;
+    if (!float_dtypes().count(e.dtype))
+      throw UserError("safetensors " + path + ": tensor '" + t.name + "' is " + e.dtype +
+                      ", need a floating-point dtype (F32, BF16, F16, F64)");
+    if (e.shape != t.shape)
+      throw UserError("safetensors " + path + ": tensor '" + t.name + "' has shape " + shape_text(e.shape) +
+                      ", the model's is " + shape_text(t.shape) + " (is the deck's model the file's?)");
+  }
+  for (const auto& [name, e] : m.entries)
+    if (!wanted.count(name) && name != "lm_head.weight") m.extra.push_back(name);
+  return m;
+}
+
 void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm world) {
   int rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
@@ -211,36 +260,18 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
   std::map<std::string, std::pair<fsdp::FlatParam*, const fsdp::ParamSlot*>> params;
   for (fsdp::FlatParam* fp : flats)
     for (const auto& s : fp->slots()) params[s.name] = {fp, &s};
-  std::vector<std::string> files;
-  std::map<std::string, std::pair<size_t, SafetensorsEntry>> entries;  // name -> (file index, entry)
   // Check everything first; then every rank reads only what its shards cover.
+  std::vector<ExpectedTensor> expected;
+  for (const auto& [name, ps] : params) expected.push_back({name, ps.second->shape});
+  SafetensorsMatch match;
   runtime::run_agreed(world, [&] {
-    files = safetensors_files(path);
-    for (size_t i = 0; i < files.size(); ++i)
-      for (auto& e : read_safetensors_header(files[i])) {
-        if (entries.count(e.name))
-          throw UserError("safetensors " + path + ": tensor '" + e.name + "' is in both " +
-                          files[entries[e.name].first] + " and " + files[i]);
-        entries[e.name] = {i, e};
-      }
-    std::vector<std::string> extra;
-    for (auto& [name, e] : entries)
-      if (!params.count(name) && name != "lm_head.weight") extra.push_back(name);
-    for (auto& [name, ps] : params) {
-      auto it = entries.find(name);
-      if (it == entries.end()) throw UserError("safetensors " + path + ": tensor '" + name + "' is missing");
-      const SafetensorsEntry& e = it->second.second;
-      if (!float_dtypes().count(e.dtype))
-        throw UserError("safetensors " + path + ": tensor '" + name + "' is " + e.dtype +
-                        ", need a floating-point dtype (F32, BF16, F16, F64)");
-      if (e.shape != ps.second->shape)
-        throw UserError("safetensors " + path + ": tensor '" + name + "' has shape " + shape_text(e.shape) +
-                        ", the model's is " + shape_text(ps.second->shape) + " (is the deck's model the file's?)");
-    }
-    if (!extra.empty() && rank == 0)
-      log::warn(log::fmt("safetensors ", path, ": ", extra.size(), " tensors are not model parameters, ignored (first: ",
-                         extra[0], ")"));
+    match = match_safetensors(path, expected);
+    if (!match.extra.empty() && rank == 0)
+      log::warn(log::fmt("safetensors ", path, ": ", match.extra.size(), " tensors are not model parameters, ignored (first: ",
+                         match.extra[0], ")"));
   });
+  const std::vector<std::string>& files = match.files;
+  std::map<std::string, std::pair<size_t, SafetensorsEntry>>& entries = match.entries;
   runtime::run_agreed(world, [&] {
     std::vector<Fd> fds(files.size());
     for (fsdp::FlatParam* fp : flats) {

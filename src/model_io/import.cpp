@@ -41,6 +41,10 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
     // reported before the model is built.
     for (const std::string& f : ckpt::safetensors_files(in)) ckpt::read_safetensors_header(f);
     opt_cfg = train::optimizer_config_from_deck(d);
+    // The deck's model needs no more parameters than the file holds values (a config.json beside
+    // the weights was checked so when the spec was read): before any layer is built.
+    train::check_weights_hold(train::model_spec_from_deck(d), in, "the deck's model",
+                              [](const std::string& field) { return "model." + field; });
   });
   // On the host whatever run.device says: the import only moves bytes from file to file.
   train::JobOptions jo;
@@ -49,6 +53,9 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
   const model::ModelSpec& spec = job.spec;
   const fsdp::Strategy strategy = job.strategy;
   const runtime::DeviceMesh* mesh = job.mesh.get();
+  // Every parameter's name, dtype and shape against the file, on the model as built on the meta
+  // device, before the engine allocates a shard.
+  runtime::run_agreed(world, [&] { ckpt::match_safetensors(in, expected_tensors(*job.net)); });
   // Every parameter is overwritten by the import; zeros are the cheapest placeholder.
   fsdp::Engine engine(*job.net, job.comms.engine(), job.engine_options, [](const std::string&, at::Tensor& t) { t.zero_(); });
   fsdp::ShardedOptimizer optimizer(engine, opt_cfg);
@@ -73,10 +80,13 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
 
 std::vector<ckpt::ExpectedTensor> expected_tensors(const model::ModelSpec& spec) {
   // The parameters the model has, with their shapes (the model on meta: no memory).
-  std::shared_ptr<model::Model> net = model::build_model(spec, at::kMeta);
+  return expected_tensors(*model::build_model(spec, at::kMeta));
+}
+
+std::vector<ckpt::ExpectedTensor> expected_tensors(const model::Model& net) {
   std::vector<ckpt::ExpectedTensor> expected;
   std::set<const void*> seen;  // a tied weight registered twice is one tensor
-  for (const auto& p : net->named_parameters(/*recurse=*/true)) {
+  for (const auto& p : net.named_parameters(/*recurse=*/true)) {
     if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;
     expected.push_back({p.key(), p.value().sizes().vec()});
   }

@@ -3,8 +3,10 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <map>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/fsdp/engine.h"
@@ -61,8 +63,27 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path);
 
 // The files of a safetensors source: a .safetensors file; a Hugging Face index
 // (`model.safetensors.index.json`, its weight_map naming files in the same directory); or a
-// directory holding either that index or `model.safetensors`. UserError naming what is wrong.
+// directory holding `model.safetensors` or that index. A directory with both is read as
+// transformers reads it: `model.safetensors`, the index ignored. UserError naming what is wrong.
 std::vector<std::string> safetensors_files(const std::string& path);
+// Whether `dir` is a directory with weights safetensors_files reads (model.safetensors or the index).
+bool has_safetensors_weights(const std::string& dir);
+
+// The elements of the floating-point tensors of a safetensors source, all files together: the
+// most parameters a model read from it can have (headers only; each checked as above).
+int64_t safetensors_float_values(const std::string& path);
+
+// A safetensors source against the parameters of a model (`expected`, each once): every one
+// present with a floating-point dtype and its shape, no tensor in two files. UserError naming the
+// first tensor that is missing, not float or misshaped. Headers only: no data is read and nothing
+// allocated, so it can run before the model is. `extra`: the tensors that are no parameter
+// ("lm_head.weight" of a model without one, a tied LM head, is not counted).
+struct SafetensorsMatch {
+  std::vector<std::string> files;
+  std::map<std::string, std::pair<size_t, SafetensorsEntry>> entries;  // name -> (index in files, entry)
+  std::vector<std::string> extra;
+};
+SafetensorsMatch match_safetensors(const std::string& path, const std::vector<ExpectedTensor>& expected);
 
 // Collective over world: every rank reads only its shards' slices (by file offset) of
 // every parameter of the engine from a safetensors file (F32, or BF16/F16/F64 widened to the

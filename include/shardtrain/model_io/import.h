@@ -35,12 +35,15 @@ void export_checkpoint(const std::string& path, const std::string& out);
 // nothing is left. The llama arch only. One process.
 struct HfExportOptions {
   std::string dtype = "auto";  // auto | fp32 | bf16 | fp16
+  bool allow_overflow = false;  // values beyond the dtype's range: saturate instead of refusing
   int64_t max_shard_bytes = 5'000'000'000;
   std::string tokenizer_from;
 };
 void export_hf_directory(const std::string& path, const std::string& out_dir, const HfExportOptions& o);
 // The parameters of the model `spec` describes, each once (a tied weight once), in model order.
 std::vector<ckpt::ExpectedTensor> expected_tensors(const model::ModelSpec& spec);
+// The same of a model already built (on the meta device or not).
+std::vector<ckpt::ExpectedTensor> expected_tensors(const model::Model& net);
 
 // The files a safetensors source consists of (ckpt::safetensors_files, plus the index or the
 // path itself), for refusing an output that would overwrite one of them.

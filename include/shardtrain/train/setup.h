@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "shardtrain/comm/comm.h"
@@ -30,6 +31,13 @@ model::ModelSpec model_spec_from_deck(const deck::Deck& d);
 // The directory (or config.json) the model comes from: model.from_hf, else checkpoint.init_from
 // when it is a directory holding a config.json; "" = the model keys.
 std::string hf_model_source(const deck::Deck& d);
+// A model's parameters against the values a safetensors source holds (headers only): a model
+// that needs more than `weights` hold cannot be these weights, and is refused before it is built
+// or anything allocated. UserError "<who> declares a model of N parameters (<sizes>), but
+// <weights> hold M values: ...". `name` says what each size is called where it came from
+// (config.json keys, deck keys).
+void check_weights_hold(const model::ModelSpec& resolved, const std::string& weights, const std::string& who,
+                        const std::function<std::string(const std::string& field)>& name);
 // Hands the deck schema the model layer's names: model.arch's allowed values are
 // model::arch_names(), model.preset's "" and model::preset_names(). The program calls it once
 // at start-up, so a new architecture is named only in src/model.
