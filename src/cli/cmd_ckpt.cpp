@@ -18,6 +18,7 @@ namespace {
 struct CkptArgs {
   std::string file, out, format = "safetensors";
   std::string dtype = "auto", max_shard_size = "5GB", tokenizer_from;
+  bool allow_overflow = false;
   DeckArgs deck;
 };
 
@@ -66,6 +67,8 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
       ->check(CLI::IsMember({"safetensors", "hf"}));
   exp->add_option("--dtype", a->dtype, "hf: tensor dtype; auto = bf16 for a bf16 run, else the source's torch_dtype, else fp32")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
+  exp->add_flag("--allow-overflow", a->allow_overflow,
+               "hf: write values beyond the dtype's range (fp16: 65504) as its largest value instead of refusing them");
   exp->add_option("--max-shard-size", a->max_shard_size, "hf: largest safetensors file (tensor bytes), e.g. 5GB, 500MB, 2GiB");
   exp->add_option("--tokenizer-from", a->tokenizer_from,
                   "hf: directory whose tokenizer files are copied (default: the model's model.from_hf / init_from directory)");
@@ -75,6 +78,7 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
         if (a->format == "hf") {
           model_io::HfExportOptions o;
           o.dtype = a->dtype;
+          o.allow_overflow = a->allow_overflow;
           o.max_shard_bytes = parse_byte_size(a->max_shard_size, "--max-shard-size");
           o.tokenizer_from = a->tokenizer_from;
           model_io::export_hf_directory(a->file, a->out, o);

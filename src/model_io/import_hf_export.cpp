@@ -122,7 +122,7 @@ void export_hf_directory(const std::string& path, const std::string& out_dir, co
     const mode_t mask = ::umask(0);
     ::umask(mask);
     ::chmod(tmp.c_str(), 0777 & ~mask);  // mkdtemp's 0700 -> what mkdir would give
-    std::vector<std::string> files = ckpt::write_safetensors_shards(path, tmp, expected, dtype, o.max_shard_bytes);
+    std::vector<std::string> files = ckpt::write_safetensors_shards(path, tmp, expected, dtype, o.max_shard_bytes, o.allow_overflow);
     io::write_file_atomic(tmp + "/config.json", config);
     files.push_back("config.json");
     bool generation = false;

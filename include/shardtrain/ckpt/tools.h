@@ -42,9 +42,12 @@ void export_safetensors(const std::string& path, const std::string& out_path,
 // holds everything, else "model-0000i-of-0000n.safetensors" and "model.safetensors.index.json"
 // ({"metadata": {"total_size"}, "weight_map"}). Every file is written as an io::OutputFile (an
 // exclusive temporary, never through a link, fsynced, renamed). Returns the file names. One process.
+// A finite value the dtype cannot hold (beyond fp16's 65504, bf16's 3.39e38: it would become inf,
+// which import refuses) is a UserError naming the tensor and the dtype, or with `allow_overflow`
+// is written as the dtype's largest finite value of its sign (a warning counts them).
 std::vector<std::string> write_safetensors_shards(const std::string& path, const std::string& dir,
                                                   const std::vector<ExpectedTensor>& expected, const std::string& dtype,
-                                                  int64_t max_shard_bytes);
+                                                  int64_t max_shard_bytes, bool allow_overflow = false);
 // UserError when writing `out` (or its temporary `out`.tmp) would overwrite one of `inputs`
 // (same file by std::filesystem::equivalent: links and other spellings included), or when
 // `out` is a directory. `what` names the command for the message ("ckpt export").
