@@ -202,6 +202,12 @@ fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::M
   return o;
 }
 
+void check_run_rules(const deck::Deck& d) {
+  compression_from_deck(d, strategy_from_deck(d));  // checks replica_sync's (DiLoCo's) rules too
+  optimizer_config_from_deck(d);
+  lr_schedule_from_deck(d);
+}
+
 fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d) {
   fsdp::OptimizerConfig c;
   c.name = d.get_string("optimizer.name");

@@ -59,6 +59,11 @@ fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d);
 // A warmup as long as the run (or the decay) is scaled to a tenth of it; `note` (when given)
 // receives the one line saying so, naming both keys.
 optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d, std::string* note = nullptr);
+// The rules of a training run that depend on the deck alone (no world size, no file): the
+// strategy with the compression and DiLoCo keys (compression_from_deck), the optimizer and the lr
+// schedule. `train` applies them (run_settings_from_deck) and `deck check` applies this same
+// function, so a deck that checks is one `train` accepts on these rules. UserError naming the key.
+void check_run_rules(const deck::Deck& d);
 
 // Lower bounds (bytes per rank, doubles: nothing wraps) of one training step: the fp32 weights
 // and gradients sharded over world_size ranks, and the largest tensor of one micro-batch (the
