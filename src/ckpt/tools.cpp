@@ -128,6 +128,18 @@ void consolidate_checkpoint(const std::string& path, const std::string& out_path
   const std::string tmp = out_path + ".tmp";
   io::check_output_path(out_path, "ckpt consolidate output");
   io::clear_temp_name(tmp, "ckpt consolidate output");
+  {
+    // The space first, as a checkpoint save probes it (write_guard.h): on a full disk HDF5's
+    // object copy (H5Ocopy, 1.10) crashes instead of failing, so it must not start there. The
+    // copy is about the input's size (the same contiguous datasets, metadata rewritten).
+    struct stat in {};
+    const int64_t in_bytes = ::stat(path.c_str(), &in) == 0 ? static_cast<int64_t>(in.st_size) : 0;
+    const int64_t need = in_bytes + in_bytes / 10 + 65536;
+    ::close(io::create_temp(tmp, "ckpt consolidate output"));
+    const std::string why = detail::reserve_space(tmp, need, io::available_bytes(io::parent_dir(tmp)));
+    ::unlink(tmp.c_str());
+    if (!why.empty()) throw IoError("ckpt consolidate output " + tmp + ": " + why);
+  }
   // EXCL: HDF5 creates the name with O_EXCL, following no link planted there.
   hid_t o = H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl, fapl);
   if (o < 0) throw UserError("cannot create " + tmp + " (" + detail::h5_innermost_message() + ")");
@@ -161,9 +173,10 @@ void refuse_overwriting_inputs(const std::string& out, const std::vector<std::st
                         " is the input " + in + "; refusing to overwrite it: write to another path");
     }
   }
-  // A link, device node or FIFO at the output name is refused before any work is done
-  // (exit 2); the writer checks again when it renames its temporary onto it.
-  io::check_output_path(out, what + " output");
+  // A link, device node or FIFO at the output name, or a directory that is missing or not
+  // writable, is refused before any work is done (exit 2, as for every command: docs/
+  // troubleshooting.md); the writer checks again when it renames its temporary onto it.
+  io::check_output_writable(out, what + " output");
 }
 
 namespace {

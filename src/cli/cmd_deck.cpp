@@ -68,6 +68,7 @@ int run_reference(runtime::Runtime& rt, const std::string& out, bool json) {
   // Only rank 0 writes, but a failure must end every rank with the same message.
   runtime::run_agreed(rt.world(), [&] {
     if (rt.rank() != 0) return;
+    if (!out.empty()) io::check_output_writable(out, "deck reference --output");
     const std::string md = json ? reference_json() : deck::reference_markdown();
     if (out.empty()) {
       std::cout << md << std::flush;

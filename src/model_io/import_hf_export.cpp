@@ -86,6 +86,8 @@ void export_hf_directory(const std::string& path, const std::string& out_dir, co
     std::error_code ec;
     ST_USER_CHECK(fs::is_empty(out, ec) && !ec, "ckpt export: the output directory ", out_dir,
                   " is not empty; give a new or empty directory");
+  } else {
+    io::check_output_writable(out, "ckpt export output");  // its directory there and writable, before any work
   }
   const ckpt::CheckpointMeta meta = ckpt::read_checkpoint_meta(path);
   const model::ModelSpec spec = model_spec_from_json(meta.model_spec_json, "checkpoint " + path);

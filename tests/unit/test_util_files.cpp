@@ -85,6 +85,25 @@ TEST_F(Dir, OutputsThatAreNotRegularFilesAreRefused) {
   EXPECT_TRUE(S_ISCHR(st.st_mode));
 }
 
+TEST_F(Dir, AnOutputInADirectoryThatIsNotThereIsBadInputForEveryWriter) {
+  // The same kind of failure, the same exit code (2), whichever command writes: before the
+  // work (check_output_path / check_output_writable) and at the create itself.
+  expect_user_error([&] { io::check_output_path(d + "/no/such/out", "export output"); },
+                    "export output " + d + "/no/such/out: its directory " + d + "/no/such does not exist");
+  expect_user_error([&] { io::check_output_writable(d + "/no/out", "import output"); }, "its directory " + d + "/no does not exist");
+  expect_user_error([&] { io::check_output_path(d + "/victim/out", "output"); }, "/victim/out: ");
+  expect_user_error([&] { io::write_file_atomic(d + "/gone/out", "x"); }, "/gone/out: its directory");
+  try {
+    io::write_file_atomic(d + "/gone/out", "x");
+  } catch (const IoError&) {
+    ADD_FAILURE() << "a missing directory is not a storage failure (exit 5)";
+  } catch (const UserError&) {
+  }
+  io::check_output_writable(d + "/fine", "output");  // absent, in a writable directory: fine
+  EXPECT_FALSE(fs::exists(d + "/fine"));
+  EXPECT_FALSE(fs::exists(d + "/no"));
+}
+
 TEST_F(Dir, OutputFileLeavesNothingBehindWithoutCommit) {
   {
     io::OutputFile f(d + "/part", "test output");
