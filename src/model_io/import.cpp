@@ -41,10 +41,6 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
     // reported before the model is built.
     for (const std::string& f : ckpt::safetensors_files(in)) ckpt::read_safetensors_header(f);
     opt_cfg = train::optimizer_config_from_deck(d);
-    // The deck's model needs no more parameters than the file holds values (a config.json beside
-    // the weights was checked so when the spec was read): before any layer is built.
-    train::check_weights_hold(train::model_spec_from_deck(d), in, "the deck's model",
-                              [](const std::string& field) { return "model." + field; });
   });
   // On the host whatever run.device says: the import only moves bytes from file to file.
   train::JobOptions jo;
@@ -54,7 +50,8 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
   const fsdp::Strategy strategy = job.strategy;
   const runtime::DeviceMesh* mesh = job.mesh.get();
   // Every parameter's name, dtype and shape against the file, on the model as built on the meta
-  // device, before the engine allocates a shard.
+  // device (linear in its layers; a config.json beside the weights was held to them when the spec
+  // was read), before the engine allocates a shard.
   runtime::run_agreed(world, [&] { ckpt::match_safetensors(in, expected_tensors(*job.net)); });
   // Every parameter is overwritten by the import; zeros are the cheapest placeholder.
   fsdp::Engine engine(*job.net, job.comms.engine(), job.engine_options, [](const std::string&, at::Tensor& t) { t.zero_(); });
