@@ -58,6 +58,8 @@ void file_errors_are_user_errors(const std::string& path, F&& fn) {
     fn();
   } catch (const UserError&) {
     throw;
+  } catch (const IoError&) {
+    throw;  // an output the storage refused (exit 5): not the checkpoint's fault
   } catch (const Error& e) {
     throw UserError("checkpoint " + path + ": unreadable (" + e.what() + ")");
   }

@@ -170,12 +170,13 @@ std::vector<std::string> safetensors_files(const std::string& path) {
                     "model.safetensors.index.json, or a directory that holds model.safetensors or the index (a "
                     "Hugging Face model directory)");
   if (fs::is_directory(path)) {
+    // transformers' order (modeling_utils: SAFE_WEIGHTS_NAME before SAFE_WEIGHTS_INDEX_NAME):
+    // model.safetensors wins, so a directory holding both loads the same model here and there.
+    const fs::path single = fs::path(path) / "model.safetensors";
+    if (fs::exists(fs::symlink_status(single, ec))) return {single.string()};
     index = (fs::path(path) / "model.safetensors.index.json").string();
-    if (!fs::exists(index)) {
-      const fs::path single = fs::path(path) / "model.safetensors";
-      if (fs::exists(single)) return {single.string()};
-      throw UserError("safetensors " + path + ": a directory without model.safetensors.index.json or model.safetensors");
-    }
+    if (!fs::exists(fs::symlink_status(index, ec)))
+      throw UserError("safetensors " + path + ": a directory without model.safetensors or model.safetensors.index.json");
   } else if (path.size() < 5 || path.compare(path.size() - 5, 5, ".json") != 0) {
     return {path};
   }
@@ -204,14 +205,59 @@ std::vector<std::string> safetensors_files(const std::string& path) {
   return {files.begin(), files.end()};
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), files_(safetensors_files(path)) {
-  for (size_t i = 0; i < files_.size(); ++i)
-    for (auto& e : read_safetensors_header(files_[i])) {
-      if (entries_.count(e.name))
-        throw UserError("safetensors " + path + ": tensor '" + e.name + "' is in both " + files_[entries_[e.name].first] +
-                        " and " + files_[i]);
-      entries_[e.name] = {i, e};
+bool has_safetensors_weights(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json"})
+    if (fs::exists(fs::symlink_status(fs::path(dir) / name, ec))) return true;
+  return false;
+}
+
+int64_t safetensors_float_values(const std::string& path) {
+  int64_t values = 0;
+  for (const std::string& f : safetensors_files(path))
+    for (const SafetensorsEntry& e : read_safetensors_header(f)) {
+      if (!float_dtypes().count(e.dtype)) continue;
+      // Each tensor lies inside its file (read_safetensors_header): the sum is at most the files' bytes.
+      values += (e.end - e.begin) / dtype_bytes(e.dtype);
     }
+  return values;
+}
+
+SafetensorsMatch match_safetensors(const std::string& path, const std::vector<ExpectedTensor>& expected,
+                                   const std::string& what) {
+  SafetensorsMatch m;
+  m.files = safetensors_files(path);
+  for (size_t i = 0; i < m.files.size(); ++i)
+    for (auto& e : read_safetensors_header(m.files[i])) {
+      if (m.entries.count(e.name))
+        throw UserError(what + " " + path + ": tensor '" + e.name + "' is in both " + m.files[m.entries[e.name].first] +
+                        " and " + m.files[i]);
+      m.entries[e.name] = {i, e};
+    }
+  std::set<std::string> wanted;
+  for (const ExpectedTensor& t : expected) {
+    wanted.insert(t.name);
+    auto it = m.entries.find(t.name);
+    if (it == m.entries.end()) throw UserError(what + " " + path + ": tensor '" + t.name + "' is missing");
+    const SafetensorsEntry& e = it->second.second;
+    if (!float_dtypes().count(e.dtype))
+      throw UserError(what + " " + path + ": tensor '" + t.name + "' is " + e.dtype +
+                      ", need a floating-point dtype (F32, BF16, F16, F64)");
+    if (e.shape != t.shape)
+      throw UserError(what + " " + path + ": tensor '" + t.name + "' has shape " + shape_text(e.shape) +
+                      ", the model's is " + shape_text(t.shape) + " (is the deck's model the file's?)");
+  }
+  for (const auto& [name, e] : m.entries)
+    if (!wanted.count(name)) m.extra.push_back(name);
+  return m;
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  SafetensorsMatch m = match_safetensors(path, {});
+  files_ = std::move(m.files);
+  entries_ = std::move(m.entries);
   fds_.assign(files_.size(), -1);
 }
 
@@ -248,7 +294,7 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
   int rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
   std::vector<fsdp::FlatParam*> flats = engine.flat_params();
-  // Wanted parameters by their name in the file.
+  // The wanted parameters, by their names in the file.
   std::map<std::string, std::pair<fsdp::FlatParam*, const fsdp::ParamSlot*>> params;
   std::map<const fsdp::ParamSlot*, std::string> file_name;
   for (fsdp::FlatParam* fp : flats)
@@ -258,40 +304,25 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
       params[n] = {fp, &s};
       file_name[&s] = n;
     }
-  const std::string& src = pick.what;
-  std::vector<std::string> files;
-  std::map<std::string, std::pair<size_t, SafetensorsEntry>> entries;  // name -> (file index, entry)
   // Check everything first; then every rank reads only what its shards cover.
+  std::vector<ExpectedTensor> expected;
+  for (const auto& [name, ps] : params) expected.push_back({name, ps.second->shape});
+  SafetensorsMatch match;
   runtime::run_agreed(world, [&] {
-    files = safetensors_files(path);
-    for (size_t i = 0; i < files.size(); ++i)
-      for (auto& e : read_safetensors_header(files[i])) {
-        if (entries.count(e.name))
-          throw UserError(src + " " + path + ": tensor '" + e.name + "' is in both " +
-                          files[entries[e.name].first] + " and " + files[i]);
-        entries[e.name] = {i, e};
-      }
+    match = match_safetensors(path, expected, pick.what);
+    // "lm_head.weight" of a model whose head is tied (GPT-2) is no parameter: skipped quietly.
     std::vector<std::string> extra;
-    for (auto& [name, e] : entries)
-      if (!params.count(name) && (pick.extras_are_errors || name != "lm_head.weight")) extra.push_back(name);
-    for (auto& [name, ps] : params) {
-      auto it = entries.find(name);
-      if (it == entries.end()) throw UserError(src + " " + path + ": tensor '" + name + "' is missing");
-      const SafetensorsEntry& e = it->second.second;
-      if (!float_dtypes().count(e.dtype))
-        throw UserError(src + " " + path + ": tensor '" + name + "' is " + e.dtype +
-                        ", need a floating-point dtype (F32, BF16, F16, F64)");
-      if (e.shape != ps.second->shape)
-        throw UserError(src + " " + path + ": tensor '" + name + "' has shape " + shape_text(e.shape) +
-                        ", the model's is " + shape_text(ps.second->shape) + " (is the deck's model the file's?)");
-    }
+    for (const std::string& n : match.extra)
+      if (pick.extras_are_errors || n != "lm_head.weight") extra.push_back(n);
     if (!extra.empty() && pick.extras_are_errors)
-      throw UserError(src + " " + path + ": tensor '" + extra[0] + "' fits no parameter this run takes from it" +
+      throw UserError(pick.what + " " + path + ": tensor '" + extra[0] + "' fits no parameter this run takes from it" +
                       (extra.size() > 1 ? " (and " + std::to_string(extra.size() - 1) + " more)" : std::string()));
     if (!extra.empty() && rank == 0)
-      log::warn(log::fmt("safetensors ", path, ": ", extra.size(), " tensors are not model parameters, ignored (first: ",
+      log::warn(log::fmt(pick.what, " ", path, ": ", extra.size(), " tensors are not model parameters, ignored (first: ",
                          extra[0], ")"));
   });
+  const std::vector<std::string>& files = match.files;
+  std::map<std::string, std::pair<size_t, SafetensorsEntry>>& entries = match.entries;
   runtime::run_agreed(world, [&] {
     std::vector<Fd> fds(files.size());
     for (fsdp::FlatParam* fp : flats) {

@@ -14,13 +14,16 @@
 #include <fstream>
 #include <set>
 #include <iomanip>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "file_checks.h"
 #include "plan.h"
+#include "write_guard.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/util/file_io.h"
+#include "shardtrain/util/log.h"
 
 namespace shardtrain::ckpt {
 namespace {
@@ -125,6 +128,18 @@ void consolidate_checkpoint(const std::string& path, const std::string& out_path
   const std::string tmp = out_path + ".tmp";
   io::check_output_path(out_path, "ckpt consolidate output");
   io::clear_temp_name(tmp, "ckpt consolidate output");
+  {
+    // The space first, as a checkpoint save probes it (write_guard.h): on a full disk HDF5's
+    // object copy (H5Ocopy, 1.10) crashes instead of failing, so it must not start there. The
+    // copy is about the input's size (the same contiguous datasets, metadata rewritten).
+    struct stat in {};
+    const int64_t in_bytes = ::stat(path.c_str(), &in) == 0 ? static_cast<int64_t>(in.st_size) : 0;
+    const int64_t need = in_bytes + in_bytes / 10 + 65536;
+    ::close(io::create_temp(tmp, "ckpt consolidate output"));
+    const std::string why = detail::reserve_space(tmp, need, io::available_bytes(io::parent_dir(tmp)));
+    ::unlink(tmp.c_str());
+    if (!why.empty()) throw IoError("ckpt consolidate output " + tmp + ": " + why);
+  }
   // EXCL: HDF5 creates the name with O_EXCL, following no link planted there.
   hid_t o = H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl, fapl);
   if (o < 0) throw UserError("cannot create " + tmp + " (" + detail::h5_innermost_message() + ")");
@@ -158,9 +173,10 @@ void refuse_overwriting_inputs(const std::string& out, const std::vector<std::st
                         " is the input " + in + "; refusing to overwrite it: write to another path");
     }
   }
-  // A link, device node or FIFO at the output name is refused before any work is done
-  // (exit 2); the writer checks again when it renames its temporary onto it.
-  io::check_output_path(out, what + " output");
+  // A link, device node or FIFO at the output name, or a directory that is missing or not
+  // writable, is refused before any work is done (exit 2, as for every command: docs/
+  // troubleshooting.md); the writer checks again when it renames its temporary onto it.
+  io::check_output_writable(out, what + " output");
 }
 
 namespace {
@@ -301,9 +317,43 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   out.commit();
 }
 
+namespace {
+// A tensor's model name from its /model dataset path.
+std::string tensor_name(const Entry& e) { return e.path.substr(std::string(kModelGroup).size() + 1); }
+
+// A finite fp32 value past the narrow dtype's range rounds to inf (fp16 holds at most 65504):
+// the export would write what its own import refuses. Refused naming the tensor and the dtype,
+// or with allow_overflow saturated to the dtype's largest finite value (a warning counts them),
+// so that export -> import always round-trips. Non-finite values stay as they are (a checkpoint
+// holds none: they are refused when it is saved).
+at::Tensor fit_narrowed(const at::Tensor& f32, const at::Tensor& narrow, const std::string& name, const std::string& dtype,
+                        bool allow_overflow) {
+  const at::Tensor overflow = at::logical_and(at::isinf(narrow), at::isfinite(f32));
+  const int64_t n = overflow.sum().item<int64_t>();
+  if (n == 0) return narrow;
+  const double largest = dtype == "F16" ? 65504.0 : static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
+  const double worst = f32.abs().masked_select(overflow).max().item<double>();
+  if (!allow_overflow)
+    throw UserError("tensor '" + name + "': " + std::to_string(n) + " value(s) beyond " + dtype + "'s range (largest " +
+                    log::fmt(worst) + ", " + dtype + " holds at most " + log::fmt(largest) +
+                    "): they would become inf, which import refuses. Export as fp32 or bf16 (--dtype), or pass "
+                    "--allow-overflow to write them as +-" + log::fmt(largest));
+  log::warn(log::fmt("ckpt export: tensor '", name, "': ", n, " value(s) beyond ", dtype, "'s range saturated to +-",
+                     largest, " (--allow-overflow)"));
+  return at::where(overflow, at::sign(f32).to(narrow.scalar_type()) * largest, narrow).contiguous();
+}
+}  // namespace
+
+at::Tensor narrow_for_export(const at::Tensor& f32, const std::string& name, const std::string& dtype,
+                             bool allow_overflow) {
+  if (dtype == "F32") return f32.contiguous();
+  const at::Tensor narrow = f32.to(dtype == "BF16" ? at::kBFloat16 : at::kHalf).contiguous();
+  return fit_narrowed(f32, narrow, name, dtype, allow_overflow);
+}
+
 std::vector<std::string> write_safetensors_shards(const std::string& path, const std::string& dir,
                                                   const std::vector<ExpectedTensor>& expected, const std::string& dtype,
-                                                  int64_t max_shard_bytes) {
+                                                  int64_t max_shard_bytes, bool allow_overflow) {
   ST_USER_CHECK(dtype == "F32" || dtype == "BF16" || dtype == "F16", "safetensors dtype ", dtype,
                 " is not one of F32, BF16, F16");
   ST_USER_CHECK(max_shard_bytes > 0, "the shard size must be positive");
@@ -326,7 +376,7 @@ std::vector<std::string> write_safetensors_shards(const std::string& path, const
     int64_t offset = 0;
     for (size_t i : shards[si]) {
       const Entry& e = params[i];
-      const std::string tname = e.path.substr(std::string(kModelGroup).size() + 1);
+      const std::string tname = tensor_name(e);
       const int64_t n = e.check.numel * eb;
       header[tname] = {{"dtype", dtype}, {"shape", e.check.shape}, {"data_offsets", {offset, offset + n}}};
       weight_map[tname] = name;
@@ -351,7 +401,8 @@ std::vector<std::string> write_safetensors_shards(const std::string& path, const
         // Round to nearest even, as torch's .to(bfloat16 / float16): a value that came from a
         // BF16 / F16 file comes back as the same bits.
         const at::Tensor f32 = at::from_blob(data.data(), {params[i].check.numel}, at::TensorOptions().dtype(at::kFloat));
-        const at::Tensor narrow = f32.to(st).contiguous();
+        at::Tensor narrow = f32.to(st).contiguous();
+        narrow = fit_narrowed(f32, narrow, tensor_name(params[i]), dtype, allow_overflow);
         out.write(narrow.data_ptr(), static_cast<size_t>(narrow.numel() * eb));
       }
     });

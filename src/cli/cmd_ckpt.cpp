@@ -18,6 +18,7 @@ namespace {
 struct CkptArgs {
   std::string file, out, format = "safetensors";
   std::string dtype = "auto", max_shard_size = "5GB", tokenizer_from;
+  bool allow_overflow = false;
   DeckArgs deck;
 };
 
@@ -67,6 +68,8 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
       ->check(CLI::IsMember({"safetensors", "hf", "peft"}));
   exp->add_option("--dtype", a->dtype, "hf: tensor dtype; auto = bf16 for a bf16 run, else the source's torch_dtype, else fp32")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
+  exp->add_flag("--allow-overflow", a->allow_overflow,
+               "hf: write values beyond the dtype's range (fp16: 65504) as its largest value instead of refusing them");
   exp->add_option("--max-shard-size", a->max_shard_size, "hf: largest safetensors file (tensor bytes), e.g. 5GB, 500MB, 2GiB");
   exp->add_option("--tokenizer-from", a->tokenizer_from,
                   "hf: directory whose tokenizer files are copied (default: the model's model.from_hf / init_from directory)");
@@ -76,6 +79,7 @@ void add_ckpt(CLI::App& app, CommandFn& selected) {
       bool adapter = false;
       runtime::run_agreed(rt.world(), [&] {
         o.dtype = a->dtype;
+        o.allow_overflow = a->allow_overflow;
         o.max_shard_bytes = parse_byte_size(a->max_shard_size, "--max-shard-size");
         o.tokenizer_from = a->tokenizer_from;
         adapter = a->format == "hf" && model_io::is_adapter_checkpoint(a->file);

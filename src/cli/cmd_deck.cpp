@@ -68,6 +68,7 @@ int run_reference(runtime::Runtime& rt, const std::string& out, bool json) {
   // Only rank 0 writes, but a failure must end every rank with the same message.
   runtime::run_agreed(rt.world(), [&] {
     if (rt.rank() != 0) return;
+    if (!out.empty()) io::check_output_writable(out, "deck reference --output");
     const std::string md = json ? reference_json() : deck::reference_markdown();
     if (out.empty()) {
       std::cout << md << std::flush;
@@ -80,9 +81,13 @@ int run_reference(runtime::Runtime& rt, const std::string& out, bool json) {
 
 int run_check(runtime::Runtime& rt, const DeckArgs& args) {
   deck::Deck d = load_deck_agreed(args, rt.world());
-  // The model's own shape rules too (e.g. a ViT's patch_size must tile image_size).
+  // The model's own shape rules too (e.g. a ViT's patch_size must tile image_size), and the
+  // run's rules `train` applies with the same function (strategy, DiLoCo, optimizer, schedule).
   model::ModelSpec spec;
-  runtime::run_agreed(rt.world(), [&] { spec = train::model_spec_from_deck(d); });
+  runtime::run_agreed(rt.world(), [&] {
+    spec = train::model_spec_from_deck(d);
+    train::check_run_rules(d);
+  });
   if (rt.rank() == 0) {
     print_resolved(args, d);
     print_model(d, spec);

@@ -11,6 +11,7 @@
 #include "shardtrain/train/setup.h"
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/error_text.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 
@@ -79,7 +80,9 @@ int main(int argc, char** argv) {
     log::error(e.what());
     runtime::Runtime::abort(e.exit_code());
   } catch (const std::exception& e) {
-    log::error(e.what());
+    // A libtorch error without its stack trace (SHARDTRAIN_LOG=debug shows it).
+    log::debug(e.what());
+    log::error(error_text(e));
     runtime::Runtime::abort(kExitInternal);
   }
   return code;

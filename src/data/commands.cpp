@@ -16,13 +16,17 @@
 namespace shardtrain::data {
 namespace {
 // UserError when writing `out` would replace the input `in` (same file by any path).
-void refuse_overwrite(const std::string& what, const std::string& out, const std::string& in) {
+// `makes_dir`: the command creates out's directory itself (data prepare's --out), so only a
+// directory that is already there is checked.
+void refuse_overwrite(const std::string& what, const std::string& out, const std::string& in, bool makes_dir = false) {
   std::error_code ec;
   if (std::filesystem::exists(out, ec) && std::filesystem::exists(in, ec) && std::filesystem::equivalent(out, in, ec) &&
       !ec)
     throw UserError(what + ": the output '" + out + "' is the input '" + in +
                     "'; refusing to overwrite it: write to another path");
-  io::check_output_path(out, what + " output");  // a planted link or device: refused up front
+  std::error_code dir_ec;
+  if (makes_dir && !std::filesystem::is_directory(io::parent_dir(out), dir_ec)) return;
+  io::check_output_writable(out, what + " output");  // a planted link or device, no directory: refused up front
 }
 }  // namespace
 
@@ -66,7 +70,7 @@ std::string cmd_prepare(const PrepareArgs& a) {
   }
   for (const auto& s : a.sources)
     for (const char* f : {"train.bin", "val.bin", "meta.json"})
-      refuse_overwrite("data prepare", a.out_dir + "/" + f, s);
+      refuse_overwrite("data prepare", a.out_dir + "/" + f, s, /*makes_dir=*/true);
   auto tok = make_tokenizer(a.tokenizer, a.data_dir, a.tokenizer_options);
   std::size_t bytes = 0;
   for (auto& d : docs) bytes += d.text.size();

@@ -117,8 +117,10 @@ Loaded load_range(const CorpusSource& s, const SourceRange& r) {
     }
     l.offset = b;
   }
-  if (s.format == CorpusFormat::Text)
-    ST_USER_CHECK(!l.text.empty(), "source '", s.name, "' is empty (0 bytes): nothing to tokenize");
+  // A file of 0 bytes is refused when the sources are listed; a gzip one can still hold nothing.
+  if (!s.splittable())
+    ST_USER_CHECK(!l.text.empty(), "source '", s.name, "' is empty", s.gzip ? " once decompressed" : " (0 bytes)",
+                  ": nothing to tokenize");
   return l;
 }
 

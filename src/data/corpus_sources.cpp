@@ -24,6 +24,9 @@ CorpusSource file_source(const std::string& path, const std::string& given) {
   ST_USER_CHECK(::stat(path.c_str(), &st) == 0, "data prepare: --source '", given, "': no such file or directory");
   ST_USER_CHECK(S_ISREG(st.st_mode), "data prepare: --source '", given, "': '", path,
                 "' is not a regular file (a FIFO or device cannot be a corpus)");
+  // Empty whatever its format (a 0-byte .jsonl beside good sources would otherwise be skipped
+  // without a word): named, as an empty text source always was.
+  ST_USER_CHECK(st.st_size > 0, "source '", path, "' is empty (0 bytes): nothing to tokenize");
   CorpusSource s;
   s.name = path;
   s.gzip = ends_with(path, ".gz");

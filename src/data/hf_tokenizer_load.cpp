@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <unordered_map>
 
 #include "hf_tokenizer_spec.h"
 #include "shardtrain/data/gpt2_tokenizer.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/data/unicode_class.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/log.h"
+#include "shardtrain/util/model_limits.h"
 #include "shardtrain/util/small_file.h"
 
 namespace shardtrain::data {
@@ -363,7 +366,7 @@ std::shared_ptr<Spec> load_hf_tokenizer(const HfTokenizerFiles& files, const Tok
     s->vocab_spelling.emplace(tok, id);
     spelled.emplace_back(id, tok);
   }
-  if (max_id >= (std::int64_t{1} << 26)) c.fail("model.vocab", "ids above 2^26 are not supported");
+  if (max_id >= limits::kMaxTokenizerIds) c.fail("model.vocab", "ids above 2^26 are not supported");
   auto lookup = [&](const std::string& k) {
     auto it = s->vocab.find(k);
     return it == s->vocab.end() ? -1 : it->second;
@@ -433,29 +436,60 @@ std::shared_ptr<Spec> load_hf_tokenizer(const HfTokenizerFiles& files, const Tok
   }
   s->merges.build(merge_map);
 
-  // added tokens
+  // added tokens, with the ids the Hugging Face tokenizers library gives them when it reads the
+  // file (tokenizer/serialization.rs -> AddedVocabulary::add_tokens): the file's "id" is not
+  // used; a content already in the vocabulary takes its id there, a content listed before takes
+  // that entry's id (the later entry's flags win), any other the next id after the vocabulary
+  // (vocab size, then up), in the file's order; an empty content is ignored. A file whose ids
+  // differ (two entries with one id, an id past the others) gets the library's ids and a warning.
   std::vector<AddedToken> added;
   if (j.contains("added_tokens") && !j.at("added_tokens").is_null()) {
     const json& at = j.at("added_tokens");
     if (!at.is_array()) c.fail("added_tokens", "expected an array");
+    std::unordered_map<std::string, std::size_t> index_of;  // content -> index in `added`
+    std::int64_t next_id = static_cast<std::int64_t>(vocab.size()), text_bytes = 0, moved = 0;
+    std::string first_moved;
     for (std::size_t i = 0; i < at.size(); ++i) {
       const std::string k = "added_tokens[" + std::to_string(i) + "]";
       const json& e = at[i];
       AddedToken t;
       const json& id = c.get(e, "id", k);
-      if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= (std::int64_t{1} << 26))
+      if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= limits::kMaxTokenizerIds)
         c.fail(k + ".id", "expected an id in [0, 2^26)");
-      t.id = id.get<std::int32_t>();
+      const std::int64_t file_id = id.get<std::int64_t>();
       t.content = c.str(e, "content", k);
-      if (t.content.empty()) c.fail(k + ".content", "empty");
       t.special = c.flag(e, "special", k, false);
       t.lstrip = c.flag(e, "lstrip", k, false);
       t.rstrip = c.flag(e, "rstrip", k, false);
       t.single_word = c.flag(e, "single_word", k, false);
       t.normalized = c.flag(e, "normalized", k, !t.special);
+      if (t.content.empty()) continue;
+      text_bytes += static_cast<std::int64_t>(t.content.size());
+      if (text_bytes > limits::kMaxAddedTokenBytes)
+        c.fail("added_tokens", "their contents exceed " + std::to_string(limits::kMaxAddedTokenBytes) +
+                                   " bytes together (the limit; at " + k + ")");
+      std::int64_t assigned;
+      if (auto it = index_of.find(t.content); it != index_of.end()) {
+        assigned = added[it->second].id;
+        t.id = added[it->second].id;
+        added[it->second] = t;
+      } else {
+        auto v = s->vocab_spelling.find(t.content);
+        assigned = v != s->vocab_spelling.end() ? v->second : next_id++;
+        if (assigned >= limits::kMaxTokenizerIds) c.fail(k + ".id", "the ids go past 2^26");
+        t.id = static_cast<std::int32_t>(assigned);
+        index_of.emplace(t.content, added.size());
+        added.push_back(t);
+      }
+      if (assigned != file_id && moved++ == 0)
+        first_moved = k + " '" + t.content + "': id " + std::to_string(file_id) + " in the file, " + std::to_string(assigned);
+    }
+    if (moved > 0)
+      log::warn("'" + c.file + "': " + std::to_string(moved) + " added token(s) get another id than the file says, as " +
+                "the Hugging Face tokenizers library assigns them (the first: " + first_moved + ")");
+    for (const AddedToken& t : added) {
       max_id = std::max<std::int64_t>(max_id, t.id);
       s->added_ids[t.content] = t.id;
-      added.push_back(std::move(t));
     }
   }
   s->added = AddedTokens(added, options.specials_in_text);

@@ -12,6 +12,7 @@
 
 #include "shardtrain/data/paths.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/model_limits.h"
 #include "shardtrain/util/small_file.h"
 
 namespace shardtrain::data {
@@ -101,12 +102,16 @@ SpmTokenizer::SpmTokenizer(const std::string& model_path, const std::string& con
   // Control pieces (<s>, </s>, ...) never come out of the model's own encoding; as the
   // Hugging Face tokenizers built from this file do, they are matched in the text.
   std::vector<AddedToken> controls;
+  std::int64_t control_bytes = 0;
   for (int id = 0; id < n; ++id)
     if (lib.is_control(m->sp, id)) {
       AddedToken t;
       t.id = id;
       t.content = piece(m->sp, id);
       t.special = true;
+      control_bytes += static_cast<std::int64_t>(t.content.size());
+      ST_USER_CHECK(control_bytes <= limits::kMaxAddedTokenBytes, "'", model_path, "': the control pieces exceed ",
+                    limits::kMaxAddedTokenBytes, " bytes together (the limit for tokens matched in the text)");
       if (!t.content.empty()) controls.push_back(std::move(t));
     }
   m->controls = AddedTokens(std::move(controls), options.specials_in_text);

@@ -6,6 +6,7 @@
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/model_limits.h"
 
 namespace shardtrain::deck {
 namespace {
@@ -44,6 +45,7 @@ Key List(const char* key, std::vector<std::string> def, const char* help) {
 }
 
 const std::vector<std::string> kDtypes = choices::as_list(choices::kDtypes);
+using limits::max_of;  // the model sizes' ranges: util/model_limits.h
 
 std::vector<KeySpec> build_schema() {
   return {
@@ -96,29 +98,29 @@ std::vector<KeySpec> build_schema() {
     // layer, which refuses an unknown one itself.
     Str("model.arch", "gpt2", "model family"),
     Str("model.preset", "", "named size that fills the model keys this deck does not set; \"\" = none"),
-    Int("model.vocab_size", 50257, "vocabulary size (gpt2, llama)").at_least(1).at_most(2147483647).unit("tokens"),
-    Int("model.seq_len", 1024, "context length (gpt2, llama)").at_least(1).at_most(1 << 20).unit("tokens"),
-    Int("model.d_model", 768, "hidden size").at_least(1).at_most(1 << 17),
-    Int("model.n_layers", 12, "transformer blocks").at_least(1).at_most(1 << 14),
-    Int("model.n_heads", 12, "attention heads; must divide d_model").at_least(1).at_most(1 << 17),
+    Int("model.vocab_size", 50257, "vocabulary size (gpt2, llama)").at_least(1).at_most(max_of("vocab_size")).unit("tokens"),
+    Int("model.seq_len", 1024, "context length (gpt2, llama)").at_least(1).at_most(max_of("seq_len")).unit("tokens"),
+    Int("model.d_model", 768, "hidden size").at_least(1).at_most(max_of("d_model")),
+    Int("model.n_layers", 12, "transformer blocks").at_least(1).at_most(max_of("n_layers")),
+    Int("model.n_heads", 12, "attention heads; must divide d_model").at_least(1).at_most(max_of("n_heads")),
     Int("model.n_kv_heads", 0, "key/value heads for grouped-query attention (llama); 0 = n_heads")
-        .at_least(0).at_most(1 << 17),
+        .at_least(0).at_most(max_of("n_kv_heads")),
     Int("model.d_ff", 0, "feed-forward hidden size; 0 = arch default (gpt2 4*d_model, llama SwiGLU)")
-        .at_least(0).at_most(1 << 20),
+        .at_least(0).at_most(max_of("d_ff")),
     Float("model.norm_eps", 1e-5, "epsilon of the layer / RMS norms").above(0).at_most(1),
     Float("model.rope_theta", 10000.0, "rotary embedding base (llama)").above(0),
     Bool("model.tie_embeddings", true, "share the token embedding with the output projection (gpt2 always ties)"),
-    Int("model.image_size", 28, "input image side (vit)").at_least(1).at_most(65536).unit("pixels"),
-    Int("model.patch_size", 7, "patch side; must divide image_size (vit)").at_least(1).at_most(65536).unit("pixels"),
-    Int("model.channels", 1, "input image channels (vit)").at_least(1).at_most(65536),
-    Int("model.num_classes", 10, "output classes (vit)").at_least(1).at_most(1 << 20),
+    Int("model.image_size", 28, "input image side (vit)").at_least(1).at_most(max_of("image_size")).unit("pixels"),
+    Int("model.patch_size", 7, "patch side; must divide image_size (vit)").at_least(1).at_most(max_of("patch_size")).unit("pixels"),
+    Int("model.channels", 1, "input image channels (vit)").at_least(1).at_most(max_of("channels")),
+    Int("model.num_classes", 10, "output classes (vit)").at_least(1).at_most(max_of("num_classes")),
     Float("model.dropout", 0.0, "dropout probability").at_least(0).below(1),
     Str("model.from_hf", "",
         "Hugging Face model directory (or its config.json) whose config fills the model: LlamaForCausalLM, "
         "MistralForCausalLM or Qwen2ForCausalLM (arch llama); a model key this deck sets must agree with it, "
         "except seq_len (the training context, at most max_position_embeddings) and dropout; checkpoint.init_from "
         "= a directory with a config.json does the same; \"\" = none"),
-    Int("model.head_dim", 0, "width of one attention head (llama); 0 = d_model / n_heads").at_least(0).at_most(1 << 16),
+    Int("model.head_dim", 0, "width of one attention head (llama); 0 = d_model / n_heads").at_least(0).at_most(max_of("head_dim")),
     Bool("model.attention_bias", false, "biases on the q, k, v and o projections (llama; Hugging Face attention_bias)"),
     Bool("model.qkv_bias", false, "biases on the q, k and v projections only (llama; Qwen2)"),
     Bool("model.mlp_bias", false, "biases on the gate, up and down projections (llama; Hugging Face mlp_bias)"),
@@ -130,15 +132,15 @@ std::vector<KeySpec> build_schema() {
     Float("model.rope_low_freq_factor", 1.0, "rope_scaling llama3: low_freq_factor").above(0).at_most(1e6),
     Float("model.rope_high_freq_factor", 4.0, "rope_scaling llama3: high_freq_factor").above(0).at_most(1e6),
     Int("model.rope_original_max_positions", 8192, "rope_scaling llama3: original_max_position_embeddings")
-        .at_least(1).at_most(1 << 30).unit("tokens"),
+        .at_least(1).at_most(max_of("rope_original_max_positions")).unit("tokens"),
     Int("model.max_positions", 0,
         "longest sequence the model is made for (llama; Hugging Face max_position_embeddings); seq_len may not "
         "exceed it; 0 = seq_len")
-        .at_least(0).at_most(1 << 30).unit("tokens"),
+        .at_least(0).at_most(max_of("max_positions")).unit("tokens"),
     Int("model.sliding_window", 0,
         "attention window of Mistral / Qwen2 (llama); windowed attention is not implemented, so seq_len may not "
         "exceed it; 0 = none")
-        .at_least(0).at_most(1 << 30).unit("tokens"),
+        .at_least(0).at_most(max_of("sliding_window")).unit("tokens"),
     Str("model.hf_architecture", "",
         "Hugging Face class of the model (llama), written to an exported config.json; \"\" = from the options "
         "(Qwen2 with qkv_bias, Mistral with sliding_window, else Llama)")

@@ -44,14 +44,27 @@ ModuleTree module_tree(torch::nn::Module& root) {
   // named_modules() of a module returns shared_ptrs; the root itself is held by address.
   t.modules.emplace_back("", &root);
   for (auto& item : root.named_modules("", /*include_self=*/false)) t.modules.emplace_back(item.key(), item.value().get());
+  // A module's parent is the module its path without the last ".name" names (names hold no dot).
+  std::unordered_map<std::string, int> by_path;
+  t.parent.assign(t.modules.size(), 0);
+  t.parent[0] = -1;
+  for (size_t mi = 0; mi < t.modules.size(); ++mi) {
+    const std::string& path = t.modules[mi].first;
+    by_path.emplace(path, static_cast<int>(mi));
+    if (mi == 0) continue;
+    const size_t dot = path.rfind('.');
+    const auto it = by_path.find(dot == std::string::npos ? std::string() : path.substr(0, dot));
+    if (it != by_path.end()) t.parent[mi] = it->second;
+  }
   std::unordered_map<const void*, size_t> index;
-  for (auto& [prefix, mod] : t.modules) {
+  for (size_t mi = 0; mi < t.modules.size(); ++mi) {
+    const auto& [prefix, mod] = t.modules[mi];
     for (auto& item : mod->named_parameters(/*recurse=*/false)) {
       const void* key = item.value().unsafeGetTensorImpl();
       auto it = index.find(key);
       if (it == index.end()) {
         it = index.emplace(key, t.params.size()).first;
-        t.params.push_back({prefix.empty() ? item.key() : prefix + "." + item.key(), item.value(), {}});
+        t.params.push_back({prefix.empty() ? item.key() : prefix + "." + item.key(), item.value(), {}, static_cast<int>(mi)});
       }
       t.params[it->second].owners.emplace_back(mod, item.key());
     }
@@ -60,10 +73,6 @@ ModuleTree module_tree(torch::nn::Module& root) {
 }
 
 namespace {
-
-bool under(const std::string& name, const std::string& prefix) {
-  return prefix.empty() || name.compare(0, prefix.size() + 1, prefix + ".") == 0;
-}
 
 FlatPlan make_flat(const ModuleTree& tree, const std::vector<int>& members, at::ScalarType dtype, int S,
                    bool offload, bool frozen) {
@@ -98,44 +107,43 @@ std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& op
   const int S = std::max(1, shard_size);
 
   // Units: hookable modules picked by type or by size, bottom-up (reverse pre-order visits
-  // children before parents), then listed in pre-order after the root.
+  // children before parents), then listed in pre-order after the root. A module's unclaimed
+  // elements are its own parameters' plus those of its children that did not become units
+  // (a unit claims its whole subtree): one pass over the tree, linear in its size (a scan of
+  // every parameter for every module made 10,000 layers take minutes).
   std::vector<int> unit_module{0};  // the root
   if (!opts.wrap_types.empty() || opts.min_num_params > 0) {
-    std::vector<bool> claimed(params.size(), false), is_unit(modules.size(), false);
+    std::vector<int64_t> unclaimed(modules.size(), 0);
+    for (const auto& p : params)
+      if (!matches_any(p.name, opts.ignored)) unclaimed[p.module] += p.tensor.numel();
+    std::vector<bool> is_unit(modules.size(), false);
     for (size_t mi = modules.size(); mi-- > 1;) {
       auto* mod = modules[mi].second;
-      if (!dynamic_cast<Hookable*>(mod)) continue;
-      const std::string& prefix = modules[mi].first;
-      const bool by_type = std::find(opts.wrap_types.begin(), opts.wrap_types.end(), mod->name()) != opts.wrap_types.end();
-      int64_t unclaimed = 0;
-      for (size_t pi = 0; pi < params.size(); ++pi)
-        if (!claimed[pi] && under(params[pi].name, prefix) && !matches_any(params[pi].name, opts.ignored))
-          unclaimed += params[pi].tensor.numel();
-      const bool by_size = opts.min_num_params > 0 && unclaimed >= opts.min_num_params;
-      if (!(by_type || by_size) || unclaimed == 0) continue;
-      is_unit[mi] = true;
-      for (size_t pi = 0; pi < params.size(); ++pi)
-        if (under(params[pi].name, prefix)) claimed[pi] = true;
+      if (dynamic_cast<Hookable*>(mod) && unclaimed[mi] > 0) {
+        const bool by_type = std::find(opts.wrap_types.begin(), opts.wrap_types.end(), mod->name()) != opts.wrap_types.end();
+        const bool by_size = opts.min_num_params > 0 && unclaimed[mi] >= opts.min_num_params;
+        is_unit[mi] = by_type || by_size;
+      }
+      if (!is_unit[mi]) unclaimed[tree.parent[mi]] += unclaimed[mi];
     }
     for (size_t mi = 1; mi < modules.size(); ++mi)
       if (is_unit[mi]) unit_module.push_back(static_cast<int>(mi));
   }
 
-  // Each parameter to the innermost unit that contains it, else the root; ignored ones apart.
+  // Each parameter to the innermost unit that contains it (its owner's nearest unit ancestor),
+  // else the root; ignored ones apart.
+  std::vector<int> unit_of(modules.size(), -1);
+  for (size_t ui = 0; ui < unit_module.size(); ++ui) unit_of[unit_module[ui]] = static_cast<int>(ui);
   std::vector<std::vector<int>> members(unit_module.size());
   std::vector<int> ignored;
   for (size_t pi = 0; pi < params.size(); ++pi) {
-    const std::string& name = params[pi].name;
-    if (matches_any(name, opts.ignored)) {
+    if (matches_any(params[pi].name, opts.ignored)) {
       ignored.push_back(static_cast<int>(pi));
       continue;
     }
-    size_t best = 0;
-    for (size_t ui = 1; ui < unit_module.size(); ++ui) {
-      const std::string& prefix = modules[unit_module[ui]].first;
-      if (under(name, prefix) && prefix.size() > modules[unit_module[best]].first.size()) best = ui;
-    }
-    members[best].push_back(static_cast<int>(pi));
+    int m = params[pi].module;
+    while (unit_of[m] < 0) m = tree.parent[m];
+    members[unit_of[m]].push_back(static_cast<int>(pi));
   }
 
   std::vector<UnitPlan> units;

@@ -6,10 +6,12 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/model/model_sizes.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
 
@@ -74,10 +76,12 @@ class Reader {
     const json* v = find(key);
     return v ? positive_int(key, *v) : def;
   }
+  // Any positive int64: how large a size may be is the limits table's to say (check_model_sizes,
+  // naming the key), once everything is read.
   int64_t positive_int(const std::string& key, const json& v) const {
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t{1} << 40)) ||
-        v.get<int64_t>() <= 0 || v.get<int64_t>() > (int64_t{1} << 40))
-      fail(key, "= " + v.dump() + " is not a positive integer");
+    if (!v.is_number_integer() ||
+        (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) || v.get<int64_t>() <= 0)
+      fail(key, "= " + v.dump() + " is not a positive integer (of at most 63 bits)");
     return v.get<int64_t>();
   }
   double number(const std::string& key, const json& v) const {
@@ -304,6 +308,14 @@ HfConfig read_hf_config(const std::string& dir_or_file) {
   // The training context: the model's whole range unless the deck sets model.seq_len.
   s.seq_len = s.sliding_window > 0 ? std::min(s.max_positions, s.sliding_window) : s.max_positions;
   s.dropout = 0.0;
+  // Every size against the deck's limits, named by its key here, before anything is built from it.
+  check_model_sizes(s, c.path + ": ", [&](const std::string& field) {
+    std::string key = c.source_of(field);
+    if (key.size() > 10 && key.compare(key.size() - 10, 10, " (default)") == 0) key.resize(key.size() - 10);
+    if (field == "seq_len") return std::string("max_position_embeddings");
+    if (field == "rope_original_max_positions") return scaling_key + ".original_max_position_embeddings";
+    return key.empty() ? "model." + field : key;
+  });
   return c;
 }
 

@@ -12,6 +12,7 @@
 #include "shardtrain/model/gpt2.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/model/model_sizes.h"
 #include "shardtrain/model/vit.h"
 #include "shardtrain/util/error.h"
 
@@ -84,6 +85,7 @@ ModelSpec resolve_spec(const ModelSpec& spec) {
   ST_USER_CHECK(s.d_model > 0 && s.n_layers > 0 && s.n_heads > 0, s.arch,
                 ": d_model, n_layers and n_heads must be positive");
   ST_USER_CHECK(s.head_dim >= 0, s.arch, ": head_dim must be >= 0 (0 = d_model / n_heads)");
+  check_model_sizes(s);  // before any size is multiplied (util/model_limits.h)
   // head_dim and max_positions stay 0 when derived (head_dim_of, seq_len), so a caller that
   // changes d_model or seq_len of a resolved spec and resolves it again gets them anew.
   if (s.head_dim == 0 || s.arch != "llama") {

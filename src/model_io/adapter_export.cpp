@@ -129,10 +129,6 @@ struct OutTensor {
   int64_t rows = 1, cols = 1;
 };
 
-at::ScalarType scalar_of(const std::string& dtype) {
-  return dtype == "F32" ? at::kFloat : dtype == "BF16" ? at::kBFloat16 : at::kHalf;
-}
-
 void pwrite_all(int fd, const void* data, int64_t n, int64_t off, const std::string& path) {
   auto* p = static_cast<const unsigned char*>(data);
   while (n > 0) {
@@ -244,7 +240,6 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
   try {
     const model::LoraSpec& lora = a.spec.finetune.lora;
     const double scale = lora.scale();
-    const at::ScalarType st = scalar_of(dtype);
     const int eb = dtype == "F32" ? 4 : 2;
     // The base's digests as the run held it (fsdp.param_dtype, widened): the checkpoint's record.
     const at::ScalarType held = fsdp::parse_dtype(recorded.dtype.empty() ? "fp32" : recorded.dtype);
@@ -295,7 +290,7 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
           for (int64_t k = 0; k < av.size(0); ++k) delta.add_(b.narrow(1, k, 1) * av.narrow(0, k, 1));
           w = (w.to(at::kDouble) + delta * scale).to(at::kFloat);
         }
-        const at::Tensor bytes = (dtype == "F32" ? w : w.to(st)).contiguous();
+        const at::Tensor bytes = ckpt::narrow_for_export(w, t.name, dtype, o.allow_overflow);
         pwrite_all(fds[t.file], bytes.data_ptr(), bytes.numel() * eb, t.offset + r0 * t.cols * eb,
                    tmp + "/" + files[t.file]);
       }

@@ -63,6 +63,8 @@ HfOutput::HfOutput(const std::string& out_dir, std::string what) : what_(std::mo
     std::error_code ec;
     ST_USER_CHECK(fs::is_empty(out_, ec) && !ec, what_, ": the output directory ", out_dir,
                   " is not empty; give a new or empty directory");
+  } else {
+    io::check_output_writable(out_, what_ + " output");  // its directory there and writable, before any work
   }
 }
 

@@ -11,6 +11,7 @@
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/job.h"
@@ -50,6 +51,15 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
   const model::ModelSpec& spec = job.spec;
   const fsdp::Strategy strategy = job.strategy;
   const runtime::DeviceMesh* mesh = job.mesh.get();
+  // Every parameter's name, dtype and shape against the file, on the model as built on the meta
+  // device (linear in its layers; a config.json beside the weights was held to them when the spec
+  // was read), before the engine allocates a shard. A LoRA model's base: all but the adapters.
+  runtime::run_agreed(world, [&] {
+    std::vector<ckpt::ExpectedTensor> base;
+    for (const auto& p : job.net->named_parameters())
+      if (!model::is_lora_param(p.key())) base.push_back({p.key(), p.value().sizes().vec()});
+    ckpt::match_safetensors(in, train::is_adapter_run(spec) ? base : expected_tensors(*job.net));
+  });
   const uint64_t seed = static_cast<uint64_t>(d.get_int("run.seed"));
   // Every parameter is overwritten by the import (zeros are the cheapest placeholder), but a LoRA
   // model's adapters, which start as a fresh run's (run.seed's init, or lora.init_from's).
@@ -86,11 +96,14 @@ void import_safetensors(runtime::Runtime& rt, const deck::Deck& d, const std::st
 
 std::vector<ckpt::ExpectedTensor> expected_tensors(const model::ModelSpec& spec) {
   // The parameters the model has, with their shapes (the model on meta: no memory).
-  std::shared_ptr<model::Model> net = model::build_model(spec, at::kMeta);
+  return expected_tensors(*model::build_model(spec, at::kMeta));
+}
+
+std::vector<ckpt::ExpectedTensor> expected_tensors(const model::Model& net) {
   std::vector<ckpt::ExpectedTensor> expected;
   std::set<const void*> seen;  // a tied weight registered twice is one tensor
-  const bool adapter = train::is_adapter_run(spec);  // its checkpoints hold what trains only
-  for (const auto& p : net->named_parameters(/*recurse=*/true)) {
+  const bool adapter = train::is_adapter_run(net.spec());  // its checkpoints hold what trains only
+  for (const auto& p : net.named_parameters(/*recurse=*/true)) {
     if (adapter && !p.value().requires_grad()) continue;
     if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;
     expected.push_back({p.key(), p.value().sizes().vec()});

@@ -39,7 +39,7 @@ void export_hf_directory(const std::string& path, const std::string& out_dir, co
   output.create();
   try {
     std::vector<std::string> files =
-        ckpt::write_safetensors_shards(path, output.tmp(), expected, dtype, o.max_shard_bytes);
+        ckpt::write_safetensors_shards(path, output.tmp(), expected, dtype, o.max_shard_bytes, o.allow_overflow);
     const std::vector<std::string> side = write_hf_side_files(output.tmp(), spec, dtype, source, named);
     files.insert(files.end(), side.begin(), side.end());
     output.commit();

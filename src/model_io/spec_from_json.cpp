@@ -138,10 +138,10 @@ model::ModelSpec model_spec_from_json(const std::string& text, const std::string
   }
   try {
     model::input_kind(s);  // an architecture the model layer knows
+    return model::resolve_spec(s);  // its sizes fit together and within the limits (model_sizes.h)
   } catch (const UserError& e) {
     throw UserError(what + ": model_spec: " + e.what());
   }
-  return model::resolve_spec(s);
 }
 
 }  // namespace shardtrain::model_io

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/error_text.h"
+#include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::runtime {
@@ -26,7 +28,8 @@ void run_agreed(MPI_Comm comm, const std::function<void()>& fn) {
     msg = e.what();
   } catch (const std::exception& e) {
     code = kExitInternal;
-    msg = e.what();
+    msg = error_text(e);  // no library stack trace (SHARDTRAIN_LOG=debug shows it)
+    log::debug(e.what());
   }
   // Lowest failing rank speaks; its code decides the exception type. The agreement (not fn,
   // which names its own regions) is a blocking region: a peer that never arrives (a cut link)

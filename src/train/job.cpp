@@ -45,8 +45,8 @@ ShardedJob open_sharded_job(MPI_Comm world, const deck::Deck& d, const JobOption
   j.mesh = std::move(g.mesh);
   j.device = g.device;
   j.comms = std::move(g.comms);
-  j.net = model::build_model(j.spec, at::kMeta);
   runtime::run_agreed(world, [&] {
+    j.net = model::build_model(j.spec, at::kMeta);  // an error here (the spec's) is one message, not an abort
     j.engine_options = engine_options_from_deck(d, *j.net, deck_strategy);
     j.engine_options.strategy = j.strategy;
     j.engine_options.device = j.device;

@@ -48,6 +48,7 @@ TrainerSettings trainer_settings_from_deck(const deck::Deck& d, const comm::Comm
 RunSettings run_settings_from_deck(const deck::Deck& d, MPI_Comm world) {
   RunSettings r;
   runtime::run_agreed(world, [&] {
+    check_run_rules(d);  // what `deck check` applies too, before anything else of the run
     r.comm = comm_options_from_deck(d);
     r.schedule = lr_schedule_from_deck(d, &r.schedule_note);
     r.optimizer = optimizer_config_from_deck(d);

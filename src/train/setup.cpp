@@ -11,9 +11,11 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/ckpt/peft.h"
+#include "shardtrain/ckpt/tools.h"
 #include "shardtrain/model/hf_config.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/util/choices.h"
@@ -81,6 +83,19 @@ std::string hf_model_source(const deck::Deck& d) {
   return "";
 }
 
+void check_weights_hold(const model::ModelSpec& resolved, const std::string& weights, const std::string& who,
+                        const std::function<std::string(const std::string& field)>& name) {
+  const int64_t have = ckpt::safetensors_float_values(weights);
+  const int64_t want = model::parameter_count(resolved);
+  if (want <= have) return;
+  std::string sizes;
+  for (const auto& [field, v] : {std::pair{"n_layers", resolved.n_layers}, std::pair{"d_model", resolved.d_model},
+                                 std::pair{"d_ff", resolved.d_ff}, std::pair{"vocab_size", resolved.vocab_size}})
+    sizes += (sizes.empty() ? "" : ", ") + name(field) + " = " + std::to_string(v);
+  throw UserError(who + " declares a model of " + std::to_string(want) + " parameters (" + sizes + "), but " + weights +
+                  " holds " + std::to_string(have) + " values: these are not its weights");
+}
+
 namespace {
 // The model of a config.json with the deck's seq_len and dropout; any other model key the deck
 // sets must say what the config says.
@@ -128,11 +143,18 @@ model::ModelSpec spec_from_hf(const deck::Deck& d, const std::string& source) {
     if (f.string_field && d.get_string(key) != s.*f.string_field)
       contradiction(key, "\"" + d.get_string(key) + "\"", name, "\"" + s.*f.string_field + "\"");
   }
+  model::ModelSpec resolved;
   try {
-    return model::resolve_spec(s);
+    resolved = model::resolve_spec(s);
   } catch (const UserError& e) {
     throw UserError(c.path + " with the deck's model.seq_len = " + std::to_string(s.seq_len) + ": " + e.what());
   }
+  // Weights beside the config (model.safetensors or its index) must hold the model it declares.
+  std::string dir = std::filesystem::path(c.path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (ckpt::has_safetensors_weights(dir))
+    check_weights_hold(resolved, dir, c.path, [&](const std::string& field) { return c.source_of(field); });
+  return resolved;
 }
 }  // namespace
 
@@ -234,6 +256,12 @@ fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::M
   o.compression = compression_from_deck(d, o.strategy);  // checks replica_sync's rules too
   o.replica_sync = replica_sync_from_deck(d);
   return o;
+}
+
+void check_run_rules(const deck::Deck& d) {
+  compression_from_deck(d, strategy_from_deck(d));  // checks replica_sync's (DiLoCo's) rules too
+  optimizer_config_from_deck(d);
+  lr_schedule_from_deck(d);
 }
 
 fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d) {

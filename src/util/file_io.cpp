@@ -78,15 +78,44 @@ const char* kind_of(mode_t m) {
                   ", not a regular file: shardtrain never writes through or replaces it (someone else may have "
                   "put it there; see docs/security.md). Remove it, or write somewhere else");
 }
+
+// The exit code of a path that cannot be written (docs/troubleshooting.md, exit codes): the
+// storage refusing (no space, quota, I/O error, read-only) is an IoError (5); a path that cannot
+// be used as given (a missing directory, a file where a directory goes, no permission) is the
+// user's input, a UserError (2), whichever command writes it.
+[[noreturn]] void unusable(const std::string& message, int err) {
+  if (is_storage_errno(err)) throw IoError(message);
+  throw UserError(message);
+}
 }  // namespace
 
 void check_output_path(const std::string& path, const std::string& what) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return;
-    throw IoError(what + " " + path + ": " + errno_text(errno));
+    const int e = errno;
+    if (e != ENOENT) unusable(what + " " + path + ": " + errno_text(e), e);
+    // Absent: its directory must be there (an output is never created with its directories).
+    const std::string dir = parent_dir(path);
+    struct stat dst {};
+    if (::stat(dir.c_str(), &dst) != 0) {
+      const int de = errno;
+      unusable(what + " " + path + ": its directory " + dir + " " +
+                   (de == ENOENT ? std::string("does not exist") : "cannot be used: " + errno_text(de)),
+               de);
+    }
+    if (!S_ISDIR(dst.st_mode)) throw UserError(what + " " + path + ": " + dir + " is not a directory");
+    return;
   }
   if (!S_ISREG(st.st_mode)) refuse(path, what, st.st_mode);
+}
+
+void check_output_writable(const std::string& path, const std::string& what) {
+  check_output_path(path, what);
+  // access() answers for the caller's rights and the mount (EROFS even for root), without
+  // leaving anything behind; a full disk or quota shows only when written (exit 5 then).
+  const std::string dir = parent_dir(path);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw UserError(what + " " + path + ": its directory " + dir + " is not writable: " + errno_text(errno));
 }
 
 void clear_temp_name(const std::string& tmp, const std::string& what) {
@@ -104,7 +133,7 @@ int create_temp(const std::string& tmp, const std::string& what) {
   if (e == EEXIST || e == ELOOP)
     throw UserError(what + " " + tmp + ": the name appeared while it was being created (someone else is writing "
                     "in this directory; see docs/security.md)");
-  throw IoError(what + " " + tmp + ": cannot create it: " + errno_text(e));
+  unusable(what + " " + tmp + ": cannot create it: " + errno_text(e), e);
 }
 
 void commit_temp(const std::string& tmp, const std::string& path, const std::string& what) {

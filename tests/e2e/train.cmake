@@ -61,4 +61,21 @@ if(TARGET shardtrain)
             ${SHARDTRAIN_MPIRUN_FLAGS})
   set_tests_properties(e2e_train_shared_files PROPERTIES PROCESSORS 1 TIMEOUT 400 LABELS "e2e;train;ckpt;security"
     ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_ess_singleton_isolated=1;H5PY_PYTHON=/usr/bin/python3;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # Files from the hub (issue 39): crafted config.json, safetensors and tokenizer files through
+  # deck check, plan, ckpt import, eval, generate and train: exit 2 naming file, key and limit,
+  # nothing written, in bounded time; HF's weights precedence, fp16 export overflow, DiLoCo's
+  # rules in deck check, a 0-byte JSONL. Python's standard library makes the directories.
+  add_test(NAME e2e_hub_files
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train/hub_files.sh $<TARGET_FILE:shardtrain> ${MPIEXEC_EXECUTABLE}
+            ${SHARDTRAIN_MPIRUN_FLAGS})
+  set_tests_properties(e2e_hub_files PROPERTIES PROCESSORS 1 TIMEOUT 400 LABELS "e2e;train;ckpt;security"
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_ess_singleton_isolated=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # Exit codes command by command against docs/troubleshooting.md's table: bad input, an output
+  # in a missing or read-only directory (2, before any work), a full file system (5). The
+  # mounts need root (skipped otherwise, after the other cases).
+  add_test(NAME e2e_exit_codes
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train/exit_codes.sh $<TARGET_FILE:shardtrain> ${MPIEXEC_EXECUTABLE}
+            ${SHARDTRAIN_MPIRUN_FLAGS})
+  set_tests_properties(e2e_exit_codes PROPERTIES PROCESSORS 1 TIMEOUT 300 LABELS "e2e;train;ckpt;io" SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_ess_singleton_isolated=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()

@@ -3,7 +3,8 @@ add_unit_test(NAME test_model
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model_gpt2.cpp ${CMAKE_CURRENT_LIST_DIR}/test_model_llama.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_model_vit.cpp ${CMAKE_CURRENT_LIST_DIR}/test_model_dump.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_model_bf16_gemm.cpp ${CMAKE_CURRENT_LIST_DIR}/test_model_lora.cpp
-  LIBS shardtrain::model
+          ${CMAKE_CURRENT_LIST_DIR}/test_model_sizes.cpp
+  LIBS shardtrain::model shardtrain::deck
   TIMEOUT 300)
 shardtrain_torch_pch(test_model)
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -112,20 +113,20 @@ TEST_F(ModelTokenizer, SplitBehaviors) {
 }
 
 TEST_F(ModelTokenizer, AddedTokenFlagsAndSpecialsAsText) {
-  // <A>: special. <B>: not special, eats the spaces around it. w: a single word only.
+  // <A>: special. <B>: not special, eats the spaces around it. wx: a single word only.
   json j = {{"pre_tokenizer", kByteLevel},
             {"model", bpe(byte_vocab({}), json::array())},
-            {"added_tokens", json::array({added(300, "<A>", true), added(301, "<B>", false, true, true),
-                                          added(302, "w", false, false, false, true)})}};
+            {"added_tokens", json::array({added(256, "<A>", true), added(257, "<B>", false, true, true),
+                                          added(258, "wx", false, false, false, true)})}};
   auto t = make(j);
-  EXPECT_EQ(t->encode("x<A>y"), (Ids{'x', 300, 'y'}));
-  EXPECT_EQ(t->encode("x  <B>  y"), (Ids{'x', 301, 'y'}));
-  EXPECT_EQ(t->encode("w ww w"), (Ids{302, ' ', 'w', 'w', ' ', 302}));
-  EXPECT_EQ(t->token_id("<A>"), 300);
+  EXPECT_EQ(t->encode("x<A>y"), (Ids{'x', 256, 'y'}));
+  EXPECT_EQ(t->encode("x  <B>  y"), (Ids{'x', 257, 'y'}));
+  EXPECT_EQ(t->encode("wx wxwx wx"), (Ids{258, ' ', 'w', 'x', 'w', 'x', ' ', 258}));
+  EXPECT_EQ(t->token_id("<A>"), 256);
   EXPECT_EQ(t->token_id("<nope>"), -1);
   auto plain = make(j, false, "plain/tokenizer.json");
-  EXPECT_EQ(plain->encode("x<A><B>"), (Ids{'x', '<', 'A', '>', 301}));  // special as text, <B> still matched
-  EXPECT_EQ(t->decode({'x', 300, 301}), "x<A><B>");
+  EXPECT_EQ(plain->encode("x<A><B>"), (Ids{'x', '<', 'A', '>', 257}));  // special as text, <B> still matched
+  EXPECT_EQ(t->decode({'x', 256, 257}), "x<A><B>");
 }
 
 TEST_F(ModelTokenizer, SentencePieceStyleByteFallbackFuseUnkAndMetaspace) {
@@ -211,8 +212,9 @@ TEST_F(ModelTokenizer, BadFilesNameFileAndKey) {
   expect_error({{"model", {{"type", "WordPiece"}, {"vocab", {{"a", 0}}}}}}, "model.type: 'WordPiece'");
   expect_error({{"model", bpe(byte_vocab({}), json::array({"a"}))}, {"pre_tokenizer", kByteLevel}}, "model.merges[0]");
   expect_error({{"model", bpe(json::object(), json::array())}}, "model.vocab");
-  expect_error({{"model", bpe(byte_vocab({}), json::array())}, {"pre_tokenizer", kByteLevel},
-                {"added_tokens", json::array({added(60000000, "<far>", true)})}}, "sparse ids");
+  json sparse = byte_vocab({});
+  sparse["<far>"] = 60000000;
+  expect_error({{"model", bpe(sparse, json::array())}, {"pre_tokenizer", kByteLevel}}, "sparse ids");
   expect_error({{"pre_tokenizer", kByteLevel}}, "model: missing");
   expect_error({{"model", bpe(byte_vocab({}), json::array())},
                 {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}}}},
@@ -226,4 +228,71 @@ TEST_F(ModelTokenizer, BadFilesNameFileAndKey) {
                "post_processor.special_tokens");
   write("bin/tokenizer.json", std::string("\x89PNG\r\n\x1a\n\0\0", 10));
   EXPECT_THROW(make_tokenizer((dir_ / "bin/tokenizer.json").string(), ""), UserError);
+}
+
+TEST_F(ModelTokenizer, AddedTokenIdsAreTheHuggingFaceLibrarys) {
+  // The tokenizers library ignores the file's ids (AddedVocabulary::add_tokens): a content in
+  // the vocabulary takes its id there, a content listed again the first entry's id (with the later
+  // entry's flags), any other the next id after the vocabulary, in the file's order.
+  json j = {{"pre_tokenizer", kByteLevel},
+            {"model", bpe(byte_vocab({"<in_vocab>"}), json::array())},  // <in_vocab> = 256; 257 entries
+            {"added_tokens", json::array({added(257, "<a>", true),
+                                          added(257, "<b>", true),        // the same id as <a>: a new one
+                                          added(9, "<in_vocab>", true),   // the vocabulary's id wins
+                                          added(400, "<c>", true),        // past the others: the next id
+                                          added(300, "<b>", false, true, true),  // <b> again: its id, these flags
+                                          added(500, "", true)})}};       // empty: ignored
+  auto t = make(j);
+  EXPECT_EQ(t->token_id("<a>"), 257);
+  EXPECT_EQ(t->token_id("<b>"), 258);
+  EXPECT_EQ(t->token_id("<in_vocab>"), 256);
+  EXPECT_EQ(t->token_id("<c>"), 259);
+  EXPECT_EQ(t->encode("<a><b><c><in_vocab>"), (Ids{257, 258, 259, 256}));
+  EXPECT_EQ(t->encode("x  <b>  y"), (Ids{'x', 258, 'y'}));  // the second <b>'s lstrip / rstrip
+  EXPECT_EQ(t->decode({257, 258, 259, 256}), "<a><b><c><in_vocab>");
+}
+
+TEST_F(ModelTokenizer, AddedTokensMatchLeftmostLongestInLinearTime) {
+  // Leftmost first, then the longest there; a prefix of a longer token still matches alone.
+  json j = {{"pre_tokenizer", kByteLevel},
+            {"model", bpe(byte_vocab({}), json::array())},
+            {"added_tokens", json::array({added(256, "ab", true), added(257, "abcd", true), added(258, "bcde", true),
+                                          added(259, "cd", true)})}};
+  auto t = make(j);
+  EXPECT_EQ(t->encode("abcde"), (Ids{257, 'e'}));       // at 0: abcd, longer than ab; bcde starts later
+  EXPECT_EQ(t->encode("xbcdex"), (Ids{'x', 258, 'x'}));
+  EXPECT_EQ(t->encode("abcx"), (Ids{256, 'c', 'x'}));   // abcd fails after abc: ab, then c is no token
+  EXPECT_EQ(t->encode("acdab"), (Ids{'a', 259, 256}));
+
+  // Many long tokens alike (the same 4 KiB prefix, then their number) and a text that begins
+  // all of them at every position: comparing every token at every position costs text x tokens
+  // (6.6 x 10^12 byte comparisons here: about two minutes of one core; 300 KB took 16 s); the
+  // automaton, text + tokens (about a second, most of it the encoding after the match).
+  const std::string prefix(4096, 'a');
+  json many = json::array();
+  for (int i = 0; i < 800; ++i) many.push_back(added(256 + i, prefix + "#" + std::to_string(i), true));
+  json big = {{"pre_tokenizer", kByteLevel}, {"model", bpe(byte_vocab({}), json::array())}, {"added_tokens", many}};
+  auto slow = make(big, true, "big/tokenizer.json");
+  const std::string text = std::string(2000000, 'a') + "#799";
+  const auto t0 = std::chrono::steady_clock::now();
+  const Ids ids = slow->encode(text);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(ids.size(), 2000000u - 4096 + 1);
+  EXPECT_EQ(ids.back(), 256 + 799);
+  EXPECT_EQ(ids.front(), 'a');
+  // Generous (a regression costs minutes, the automaton milliseconds): a bound, not a benchmark.
+  EXPECT_LT(s, 20.0) << "added-token matching is not linear in the text";
+}
+
+TEST_F(ModelTokenizer, AddedTokensBeyondTheLimitAreRefused) {
+  // Their contents together above limits::kMaxAddedTokenBytes (4 MiB): refused, naming the key.
+  json many = json::array();
+  for (int i = 0; i < 600; ++i) many.push_back(added(256 + i, std::string(8000, 'x') + std::to_string(i), true));
+  json j = {{"pre_tokenizer", kByteLevel}, {"model", bpe(byte_vocab({}), json::array())}, {"added_tokens", many}};
+  try {
+    make(j);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("added_tokens: their contents exceed 4194304 bytes"), std::string::npos) << e.what();
+  }
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -65,6 +66,27 @@ TEST(MemoryPlan, UnitsMatchTheModel) {
   EXPECT_EQ(units[0].numel(), 64 * d + 16 * d + 2 * d);
   ASSERT_EQ(units[0].flats.size(), 1u);  // fp32: one flat per unit
   EXPECT_EQ(units[0].flats[0].params.front().name, "transformer.wte.weight");
+}
+
+TEST(MemoryPlan, TenThousandLayersPlanInLinearTime) {
+  // A config.json may declare 10,000 layers: building the model on meta and planning its units
+  // must cost time linear in them (a scan of every parameter for every module took minutes).
+  PlanSettings ps = gpt2(1, 1);
+  ps.spec.n_layers = 10000;
+  ps.engine.wrap_types = {"GPT2Block"};
+  ps.engine.ignored = {"transformer.h.9999.mlp.c_proj.bias"};  // the ignored group's path too
+  const auto t0 = std::chrono::steady_clock::now();
+  auto units = layout(ps);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(units.size(), 10002u);  // root, 10,000 blocks, the ignored group
+  EXPECT_EQ(units[1].name, "transformer.h.0");
+  EXPECT_EQ(units[10000].name, "transformer.h.9999");
+  EXPECT_EQ(units[10000].num_params(), 11);  // a block's 12 parameters, one ignored
+  EXPECT_EQ(units[10001].name, "<ignored>");
+  int64_t total = 0;
+  for (const auto& u : units) total += u.numel();
+  EXPECT_EQ(total, psi(ps));
+  EXPECT_LT(s, 30.0) << "planning units is not linear in the layers";  // seconds, not minutes
 }
 
 TEST(MemoryPlan, MixedPrecisionSplitsNormsIntoAnFp32Flat) {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "shardtrain/util/error.h"
+#include "shardtrain/util/error_text.h"
 #include "shardtrain/util/file_io.h"
 #include "shardtrain/util/path_inside.h"
 
@@ -84,6 +85,25 @@ TEST_F(Dir, OutputsThatAreNotRegularFilesAreRefused) {
   EXPECT_TRUE(S_ISCHR(st.st_mode));
 }
 
+TEST_F(Dir, AnOutputInADirectoryThatIsNotThereIsBadInputForEveryWriter) {
+  // The same kind of failure, the same exit code (2), whichever command writes: before the
+  // work (check_output_path / check_output_writable) and at the create itself.
+  expect_user_error([&] { io::check_output_path(d + "/no/such/out", "export output"); },
+                    "export output " + d + "/no/such/out: its directory " + d + "/no/such does not exist");
+  expect_user_error([&] { io::check_output_writable(d + "/no/out", "import output"); }, "its directory " + d + "/no does not exist");
+  expect_user_error([&] { io::check_output_path(d + "/victim/out", "output"); }, "/victim/out: ");
+  expect_user_error([&] { io::write_file_atomic(d + "/gone/out", "x"); }, "/gone/out: its directory");
+  try {
+    io::write_file_atomic(d + "/gone/out", "x");
+  } catch (const IoError&) {
+    ADD_FAILURE() << "a missing directory is not a storage failure (exit 5)";
+  } catch (const UserError&) {
+  }
+  io::check_output_writable(d + "/fine", "output");  // absent, in a writable directory: fine
+  EXPECT_FALSE(fs::exists(d + "/fine"));
+  EXPECT_FALSE(fs::exists(d + "/no"));
+}
+
 TEST_F(Dir, OutputFileLeavesNothingBehindWithoutCommit) {
   {
     io::OutputFile f(d + "/part", "test output");
@@ -130,4 +150,19 @@ TEST(PathInside, RelativePathsStayInsideTheirBase) {
   EXPECT_NE(plain_name_reason("../step_00000004.h5"), "");
   EXPECT_NE(plain_name_reason("/tmp/x.h5"), "");
   EXPECT_NE(plain_name_reason(".."), "");
+}
+
+TEST(ErrorText, ALibrarysStackTraceIsCutOff) {
+  // libtorch's c10::Error::what(): the message, then where it was raised and the frames.
+  const std::runtime_error torch_like(
+      "[enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+      "64000008000000 bytes.\nException raised from alloc_cpu at ../c10/core/impl/alloc_cpu.cpp:75 (most recent call "
+      "first):\nframe #0: c10::Error::Error(...) + 0x8d (0x7f in /usr/lib/libc10.so)\nframe #1: ...");
+  EXPECT_EQ(error_text(torch_like),
+            "[enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+            "allocate 64000008000000 bytes.");
+  const std::runtime_error frames_only("Storage size calculation overflowed\nframe #0: at::empty(...)");
+  EXPECT_EQ(error_text(frames_only), "Storage size calculation overflowed");
+  const std::runtime_error plain("a plain message\nwith two lines");
+  EXPECT_EQ(error_text(plain), "a plain message\nwith two lines");
 }

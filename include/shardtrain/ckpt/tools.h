@@ -5,8 +5,10 @@
 #include <functional>
 #include <map>
 #include <cstdint>
+#include <map>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/fsdp/engine.h"
@@ -42,14 +44,23 @@ void export_safetensors(const std::string& path, const std::string& out_path,
 // holds everything, else "model-0000i-of-0000n.safetensors" and "model.safetensors.index.json"
 // ({"metadata": {"total_size"}, "weight_map"}). Every file is written as an io::OutputFile (an
 // exclusive temporary, never through a link, fsynced, renamed). Returns the file names. One process.
+// A finite value the dtype cannot hold (beyond fp16's 65504, bf16's 3.39e38: it would become inf,
+// which import refuses) is a UserError naming the tensor and the dtype, or with `allow_overflow`
+// is written as the dtype's largest finite value of its sign (a warning counts them).
 std::vector<std::string> write_safetensors_shards(const std::string& path, const std::string& dir,
                                                   const std::vector<ExpectedTensor>& expected, const std::string& dtype,
-                                                  int64_t max_shard_bytes);
+                                                  int64_t max_shard_bytes, bool allow_overflow = false);
 // UserError when writing `out` (or its temporary `out`.tmp) would overwrite one of `inputs`
 // (same file by std::filesystem::equivalent: links and other spellings included), or when
 // `out` is a directory. `what` names the command for the message ("ckpt export").
 void refuse_overwriting_inputs(const std::string& out, const std::vector<std::string>& inputs,
                                const std::string& what);
+
+// fp32 values rounded (to nearest even) into an export's dtype (F32, BF16, F16) under the rule of
+// write_safetensors_shards: a finite value the dtype cannot hold is a UserError naming `name` and
+// the dtype, or with allow_overflow the dtype's largest finite value of its sign.
+at::Tensor narrow_for_export(const at::Tensor& f32, const std::string& name, const std::string& dtype,
+                             bool allow_overflow);
 
 // How a Hugging Face model's tensors of `bytes` each (in model order) are split into files of at
 // most max_shard_bytes of data (a larger tensor alone), as transformers' save_pretrained does;
@@ -78,8 +89,28 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path);
 
 // The files of a safetensors source: a .safetensors file; a Hugging Face index
 // (`model.safetensors.index.json`, its weight_map naming files in the same directory); or a
-// directory holding either that index or `model.safetensors`. UserError naming what is wrong.
+// directory holding `model.safetensors` or that index. A directory with both is read as
+// transformers reads it: `model.safetensors`, the index ignored. UserError naming what is wrong.
 std::vector<std::string> safetensors_files(const std::string& path);
+// Whether `dir` is a directory with weights safetensors_files reads (model.safetensors or the index).
+bool has_safetensors_weights(const std::string& dir);
+
+// The elements of the floating-point tensors of a safetensors source, all files together: the
+// most parameters a model read from it can have (headers only; each checked as above).
+int64_t safetensors_float_values(const std::string& path);
+
+// A safetensors source against the parameters of a model (`expected`, each once): every one
+// present with a floating-point dtype and its shape, no tensor in two files. UserError naming the
+// first tensor that is missing, not float or misshaped. Headers only: no data is read and nothing
+// allocated, so it can run before the model is. `extra`: the tensors that are no expected
+// parameter. `what` names the source in errors ("safetensors", "PEFT adapter").
+struct SafetensorsMatch {
+  std::vector<std::string> files;
+  std::map<std::string, std::pair<size_t, SafetensorsEntry>> entries;  // name -> (index in files, entry)
+  std::vector<std::string> extra;
+};
+SafetensorsMatch match_safetensors(const std::string& path, const std::vector<ExpectedTensor>& expected,
+                                   const std::string& what = "safetensors");
 
 // A safetensors source (anything safetensors_files accepts) read by slices: the headers are read
 // and checked once; read() preads elements [first, first + n) of one flattened tensor and widens

@@ -36,8 +36,10 @@ struct ModuleTree {
     std::string name;
     at::Tensor tensor;
     std::vector<std::pair<torch::nn::Module*, std::string>> owners;
+    int module = 0;  // index in `modules` of the first owner (whose path names it)
   };
-  std::vector<std::pair<std::string, torch::nn::Module*>> modules;
+  std::vector<std::pair<std::string, torch::nn::Module*>> modules;  // pre-order, the root first
+  std::vector<int> parent;  // per module: its parent's index (-1 for the root)
   std::vector<Param> params;
 };
 ModuleTree module_tree(torch::nn::Module& root);

@@ -37,6 +37,7 @@ void export_checkpoint(const std::string& path, const std::string& out);
 // nothing is left. The llama arch only. One process.
 struct HfExportOptions {
   std::string dtype = "auto";  // auto | fp32 | bf16 | fp16
+  bool allow_overflow = false;  // values beyond the dtype's range: saturate instead of refusing
   int64_t max_shard_bytes = 5'000'000'000;
   std::string tokenizer_from;
 };
@@ -62,6 +63,8 @@ bool is_adapter_checkpoint(const std::string& path);
 // The parameters of the model `spec` describes, each once (a tied weight once), in model order;
 // for an adapter model those its checkpoints hold (what trains).
 std::vector<ckpt::ExpectedTensor> expected_tensors(const model::ModelSpec& spec);
+// The same of a model already built (on the meta device or not).
+std::vector<ckpt::ExpectedTensor> expected_tensors(const model::Model& net);
 
 // The files a safetensors source consists of (ckpt::safetensors_files, plus the index or the
 // path itself), for refusing an output that would overwrite one of them.

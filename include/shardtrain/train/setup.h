@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "shardtrain/comm/comm.h"
@@ -30,6 +31,13 @@ model::ModelSpec model_spec_from_deck(const deck::Deck& d);
 // The directory (or config.json) the model comes from: model.from_hf, else checkpoint.init_from
 // when it is a directory holding a config.json; "" = the model keys.
 std::string hf_model_source(const deck::Deck& d);
+// A model's parameters against the values a safetensors source holds (headers only): a model
+// that needs more than `weights` hold cannot be these weights, and is refused before it is built
+// or anything allocated. UserError "<who> declares a model of N parameters (<sizes>), but
+// <weights> hold M values: ...". `name` says what each size is called where it came from
+// (config.json keys, deck keys).
+void check_weights_hold(const model::ModelSpec& resolved, const std::string& weights, const std::string& who,
+                        const std::function<std::string(const std::string& field)>& name);
 // Hands the deck schema the model layer's names: model.arch's allowed values are
 // model::arch_names(), model.preset's "" and model::preset_names(). The program calls it once
 // at start-up, so a new architecture is named only in src/model.
@@ -51,6 +59,11 @@ fsdp::OptimizerConfig optimizer_config_from_deck(const deck::Deck& d);
 // A warmup as long as the run (or the decay) is scaled to a tenth of it; `note` (when given)
 // receives the one line saying so, naming both keys.
 optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d, std::string* note = nullptr);
+// The rules of a training run that depend on the deck alone (no world size, no file): the
+// strategy with the compression and DiLoCo keys (compression_from_deck), the optimizer and the lr
+// schedule. `train` applies them (run_settings_from_deck) and `deck check` applies this same
+// function, so a deck that checks is one `train` accepts on these rules. UserError naming the key.
+void check_run_rules(const deck::Deck& d);
 
 // Lower bounds (bytes per rank, doubles: nothing wraps) of one training step: the fp32 weights
 // and gradients sharded over world_size ranks, and the largest tensor of one micro-batch (the

@@ -38,7 +38,14 @@ int fsync_dir(const std::string& dir);
 // An existing `path` that is not a regular file (symbolic link, directory, FIFO, device node,
 // socket): UserError (exit 2) "<what> <path> exists and is a symbolic link; ...". Absent or a
 // regular file: returns (the caller may replace it).
+// Also an absent `path` whose directory does not exist or is not a directory: UserError
+// "its directory ... does not exist" (an output is never created with its directories).
 void check_output_path(const std::string& path, const std::string& what);
+// check_output_path, and `path`'s directory writable by this process (not a read-only file
+// system): UserError naming it. For a command's outputs before it starts its work, so that an
+// output that cannot be written is exit 2 with nothing done, as train's start-up checks make it;
+// a write the storage refuses once the work runs is an IoError (exit 5).
+void check_output_writable(const std::string& path, const std::string& what);
 
 // Makes `tmp` free for an exclusive create: a stale regular file there is removed, anything
 // else is refused as in check_output_path. For writers whose library creates the file itself
@@ -46,8 +53,9 @@ void check_output_path(const std::string& path, const std::string& what);
 void clear_temp_name(const std::string& tmp, const std::string& what);
 
 // clear_temp_name, then open(tmp, O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, 0644).
-// Returns the descriptor; UserError (EEXIST: a name was planted between the check and the
-// create) or IoError (any other errno) naming the file.
+// Returns the descriptor; IoError when the storage refuses (is_storage_errno), else UserError
+// (EEXIST: a name was planted between the check and the create; a missing directory, no
+// permission) naming the file.
 int create_temp(const std::string& tmp, const std::string& what);
 
 // check_output_path(path), then rename(tmp, path) and fsync of the directory. On failure tmp

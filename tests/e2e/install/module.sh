@@ -52,6 +52,8 @@ module whatis shardtrain 2>&1 | grep -q "Version: $VERSION" || fail "module what
 [ "\$(command -v shardtrain)" = "$P/bin/shardtrain" ] || fail "shardtrain on PATH is '\$(command -v shardtrain)'"
 [ "\$SHARDTRAIN_BIN" = "$P/bin/shardtrain" ] || fail "SHARDTRAIN_BIN='\$SHARDTRAIN_BIN'"
 [ -f "\$SHARDTRAIN_HOME/jobscripts/run-training.sh" ] || fail "SHARDTRAIN_HOME='\$SHARDTRAIN_HOME' has no jobscripts/"
+[ "\$OMPI_MCA_oob_tcp_keepalive_time" = 630 ] && [ "\$OMPI_MCA_oob_tcp_keepalive_probes" = 3 ] ||
+  fail "the module sets no Open MPI OOB keepalive (time '\${OMPI_MCA_oob_tcp_keepalive_time:-}')"
 cd $T/work
 
 note "shardtrain --version"
