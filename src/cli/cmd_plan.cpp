@@ -214,16 +214,18 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
                   static_cast<long long>(p.mem.total), static_cast<long long>(r.peak_bytes));
       std::fflush(stdout);
     }
-    // The measured recommendation: the fastest last step among the plans that fit.
+    // The measured recommendation: the fastest measured step among the plans that fit.
     if (p.mem.total <= device_bytes && (fastest < 0 || r.step_s < fastest_s)) {
       fastest = static_cast<int>(&p - plans.data());
       fastest_s = r.step_s;
     }
   }
   if (rt.rank() == 0 && fastest >= 0) {
+    const std::string which = a.steps > 2 ? "the median of steps 2 .. " + std::to_string(a.steps)
+                                          : a.steps == 2 ? std::string("the second of 2") : std::string("one step");
     std::printf("measured recommendation: parallel.strategy = \"%s\" (the fastest measured step that fits, %.3f s; "
-                "one step of %d, under this machine's load)\n",
-                fsdp::to_string(plans[fastest].strategy), fastest_s, a.steps);
+                "%s, under this machine's load)\n",
+                fsdp::to_string(plans[fastest].strategy), fastest_s, which.c_str());
     std::fflush(stdout);
   }
   if (a.tolerance > 0 && worst > a.tolerance) {

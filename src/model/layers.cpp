@@ -261,9 +261,8 @@ int64_t dropout_saved(const ActivationShape& x, bool attn_branch_rg, bool mlp_br
 // ---- costs shared by the architectures (costs.h) ---------------------------------------------
 
 int64_t ActivationBytes::saved(bool recompute) const {
-  if (recompute) return inputs + embed_saved_rc + static_cast<int64_t>(blocks.size()) * block_io + last_out_kept + head_saved;
-  int64_t s = inputs + embed_saved + head_saved;
-  for (const BlockBytes& blk : blocks) s += blk.saved;
+  int64_t s = inputs + (recompute ? embed_saved_rc + last_out_kept : embed_saved) + head_saved;
+  for (const BlockBytes& blk : blocks) s += recompute ? (blk.backward ? block_io : 0) : blk.saved;
   return s;
 }
 

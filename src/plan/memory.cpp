@@ -125,11 +125,16 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   const int64_t pending_end =
       pending_root > 0 && nb_grad < kMaxPending ? pending_at(nb_grad) : std::min<int64_t>(nb_grad, kMaxPending) * pending;
   const int64_t L = static_cast<int64_t>(a.blocks.size());
-  int64_t all_blocks_saved = 0;
-  for (const auto& blk : a.blocks) all_blocks_saved += blk.saved;
+  int64_t all_blocks_saved = 0, L_bwd = 0;  // L_bwd: the blocks backward runs through (recomputed)
+  for (const auto& blk : a.blocks) {
+    all_blocks_saved += blk.saved;
+    L_bwd += blk.backward ? 1 : 0;
+  }
 
   std::vector<Instant> at;
-  const int64_t kept = rc ? a.inputs + a.embed_saved_rc + L * a.block_io + a.last_out_kept
+  // Recomputation keeps the input of each block backward runs through (fsdp's recompute node);
+  // the frozen blocks below them run plainly and keep nothing.
+  const int64_t kept = rc ? a.inputs + a.embed_saved_rc + L_bwd * a.block_io + a.last_out_kept
                           : a.inputs + a.embed_saved + all_blocks_saved;
   at.push_back({"loss", U_fwd_end + secs(0), 0, kept + a.head_saved + a.head_fwd_work});
   at.push_back({"loss backward", U_fwd_end + secs(0), 0, kept + a.head_saved + a.head_bwd_work});
@@ -149,7 +154,7 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
     const BlockBytes& blk = a.blocks[static_cast<size_t>(j)];
     const int64_t pf = prefetch && j >= 1 ? 1 : 0;
     const int64_t U = reshard_fwd ? Ur_bwd + Ub * (1 + pf) : Ur_bwd + std::max<int64_t>(0, nb - k) * Ub;
-    const int64_t act = rc ? a.inputs + a.embed_saved_rc + L * a.block_io + a.grad_in + a.held_grad + blk.saved +
+    const int64_t act = rc ? a.inputs + a.embed_saved_rc + L_bwd * a.block_io + a.grad_in + a.held_grad + blk.saved +
                                  (blk.out_saved == 0 ? a.block_io : 0) + blk.bwd_work
                            : a.inputs + a.embed_saved + below - blk.out_saved + a.grad_in + a.held_grad + blk.bwd_work;
     const std::string name = k < 3 ? kNames[k] : "block " + std::to_string(j) + " backward";
@@ -158,7 +163,7 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   }
   // Recomputation nodes keep their block's input until the graph is freed after backward.
   at.push_back({"embedding backward", U_end, Gr_bwd + pending_end,
-                a.inputs + a.embed_bwd + (rc ? L * a.block_io + a.embed_saved_rc : 0)});
+                a.inputs + a.embed_bwd + (rc ? L_bwd * a.block_io + a.embed_saved_rc : 0)});
   // clip_grad_norm: one chunk of the trainable shards squared in fp64 (fsdp::kNormChunkElems),
   // on the host too.
   if (!off) at.push_back({"clip", U_end, 0, 8 * std::min<int64_t>(max_shard, fsdp::kNormChunkElems)});

@@ -52,7 +52,7 @@ struct ActivationBytes {
   int64_t embed_saved = 0;     // saved by the root before the first block
   int64_t embed_saved_rc = 0;  // the same under recomputation (besides the first block's input)
   std::vector<BlockBytes> blocks;  // one per block, first to last
-  int64_t block_io = 0;        // one block's input (all recomputation keeps per block)
+  int64_t block_io = 0;        // one block's input (all recomputation keeps per block backward runs through)
   int64_t last_out_kept = 0;   // the last block's output, when the final norm keeps it (recomputation)
   int64_t grad_in = 0;         // the gradient entering a block
   int64_t head_saved = 0;      // saved by the final norm (and its output, when the head saves it)
