@@ -109,6 +109,28 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
     if (vary_layers) s.n_layers = v;
     return s;
   };
+  // --vary n_layers: the shallowest depth the deck's model builds at. train.freeze and
+  // lora.targets patterns that name layers ("model.layers.3.*") match nothing in a shallower
+  // model, which is refused (exit 2); the search starts there instead.
+  int64_t floor = 1;
+  if (vary_layers) {
+    runtime::run_agreed(rt.world(), [&] {
+      for (;; ++floor) {
+        try {
+          model::build_model(spec_for(floor), at::kMeta);
+          break;
+        } catch (const UserError&) {
+          if (floor >= std::min<int64_t>(a.max_value, std::max<int64_t>(base.n_layers, 1))) throw;
+        }
+      }
+    });
+    if (floor > 1 && rt.rank() == 0) {
+      std::printf("# n_layers below %lld: the deck's train.freeze / lora.targets patterns name layers such a model "
+                  "does not have; the search starts at %lld\n",
+                  static_cast<long long>(floor), static_cast<long long>(floor));
+      std::fflush(stdout);
+    }
+  }
   std::vector<Row> rows;
   for (fsdp::Strategy st : strategies) {
     Row row;
@@ -129,7 +151,8 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
       if (!vary_layers) q.micro_batch = v;
       return plan::plan_strategy(q, st).mem.total;
     };
-    row.planned_best = largest_fitting(planned_fits, 0, 0, a.max_value);
+    row.planned_best = largest_fitting(planned_fits, floor - 1, 0, a.max_value);
+    if (row.planned_best < floor) row.planned_best = 0;  // not even the shallowest
 
     auto probe = [&](int64_t v) {
       probe::ProbeOptions o;
@@ -178,7 +201,7 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
         }
       } else {
         hi = v0;
-        for (int64_t v = v0 / 2; v >= 1; v /= 2) {
+        for (int64_t v = v0 / 2; v >= floor; v /= 2) {
           if (probe(v)) {
             lo = v;
             break;
@@ -187,6 +210,7 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
         }
       }
     }
+    if (lo < floor - 1) lo = floor - 1;  // never below the shallowest (only probes that fit set row.best)
     largest_fitting(probe, lo, hi, a.max_value);
     rows.push_back(row);
   }

@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "command.h"
+#include "shardtrain/fsdp/device.h"
+#include "shardtrain/model/layers.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/topology.h"
@@ -40,6 +42,7 @@ struct PlanArgs {
   std::string intra_core_weight = "1", intra_sync_us = "0";  // rings inside hosts
   double optimizer_ns = plan::StepTimeSettings{}.optimizer_ns_per_param;
   bool measure = false;
+  std::string target;  // cuda | cpu; "" = this machine's kind
   std::vector<std::string> strategies;
   int steps = 2;
   double tolerance = 0;
@@ -125,6 +128,17 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     ps.step.intra_cores = {parse_per_op("--intra-core-weight", a.intra_core_weight, 1e6),
                            parse_per_op("--intra-sync-us", a.intra_sync_us, 1e9)};
     ps.step.optimizer_ns_per_param = a.optimizer_ns;
+    // The device planned for: --target, else this machine's (a GPU if one is visible). The probes
+    // of --measure run on this machine's CPU, so only a CPU plan can be compared with them.
+    ST_USER_CHECK(!a.measure || a.target != "cuda", "plan --measure runs its probes on this machine's CPU: "
+                  "--target cuda cannot be measured here (leave --target out, or give --target cpu)");
+    if (a.target == "cuda") {
+      ps.target.cuda = true;
+      ps.target.fused_attention = true;  // a CUDA build with libtorch >= 2 (the GPU path's)
+    } else if (a.target.empty() && !a.measure && fsdp::cuda_device_count() > 0) {
+      ps.target.cuda = true;
+      ps.target.fused_attention = model::attention_is_fused(true);  // what this build runs there
+    }
   });
   // Cores per host: given, else this machine's; under --measure the simulated hosts of this job
   // share this machine's cores (ranks_per_host of its local ranks each).
@@ -200,16 +214,18 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
                   static_cast<long long>(p.mem.total), static_cast<long long>(r.peak_bytes));
       std::fflush(stdout);
     }
-    // The measured recommendation: the fastest last step among the plans that fit.
+    // The measured recommendation: the fastest measured step among the plans that fit.
     if (p.mem.total <= device_bytes && (fastest < 0 || r.step_s < fastest_s)) {
       fastest = static_cast<int>(&p - plans.data());
       fastest_s = r.step_s;
     }
   }
   if (rt.rank() == 0 && fastest >= 0) {
+    const std::string which = a.steps > 2 ? "the median of steps 2 .. " + std::to_string(a.steps)
+                                          : a.steps == 2 ? std::string("the second of 2") : std::string("one step");
     std::printf("measured recommendation: parallel.strategy = \"%s\" (the fastest measured step that fits, %.3f s; "
-                "one step of %d, under this machine's load)\n",
-                fsdp::to_string(plans[fastest].strategy), fastest_s, a.steps);
+                "%s, under this machine's load)\n",
+                fsdp::to_string(plans[fastest].strategy), fastest_s, which.c_str());
     std::fflush(stdout);
   }
   if (a.tolerance > 0 && worst > a.tolerance) {
@@ -276,6 +292,11 @@ void add_plan(CLI::App& app, CommandFn& selected) {
   sub->add_option("--intra-sync-us", args->intra_sync_us,
                   "Step estimate, shared cores: the same for rings inside a host (--group-size G: sync_us)")
       ->capture_default_str();
+  sub->add_option("--target", args->target,
+                  "The device to plan for: cuda (a GPU with libtorch >= 2: fused attention, no T x T scores) or cpu "
+                  "(the explicit attention, libtorch's CPU GEMM workspace); default: this machine's (cuda when a GPU "
+                  "is visible)")
+      ->check(CLI::IsMember({"cuda", "cpu"}));
   sub->add_option("--strategy", args->strategies, "Only these strategies (repeatable or comma-separated)");
   sub->add_flag("--measure", args->measure,
                 "Also run real steps for each strategy (needs --ranks MPI ranks) and print planned vs measured peaks");

@@ -161,7 +161,10 @@ at::Tensor Engine::Impl::run_forward(Unit& u, const at::Tensor& input, const Uni
       if (up->grads_landed >= up->num_params) post_backward(*up);
     });
   }
-  at::Tensor out = (opts.activation_checkpointing && u.kind != UnitKind::Root && grad && x.defined() && x.is_floating_point())
+  // Recomputation only where backward will run: a unit with nothing that trains whose input needs
+  // no gradient (frozen layers below everything that trains) builds no graph at all.
+  const bool backward_runs = x.defined() && (x.requires_grad() || u.num_params > 0);
+  at::Tensor out = (opts.activation_checkpointing && u.kind != UnitKind::Root && grad && backward_runs && x.is_floating_point())
                        ? run_with_recompute(x, body)
                        : body(x);
   // post-forward

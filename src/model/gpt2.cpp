@@ -103,27 +103,61 @@ int64_t GPT2::parameter_count(const ModelSpec& s) {
 }
 
 double GPT2::train_flops_per_token(int64_t seq_len) const {
-  // N excludes wpe (a lookup) but keeps wte, which does the work of the tied LM head.
-  const double n = static_cast<double>(parameter_count(spec_) - spec_.seq_len * spec_.d_model);
-  return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * seq_len);
+  // The weights (weight_flops_per_token: 6N without a fine-tune) but wpe (a lookup); wte does the
+  // work of the tied LM head.
+  return weight_flops_per_token({"transformer.wpe.weight"}) +
+         12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * seq_len);
 }
 
-// Saved per block: 2 LayerNorms, attention, the GELU MLP (layer_norm_block_costs); the root adds
-// wte(ids) + wpe (kept by the first ln_1 when it keeps its input), the tied LM head, and wpe's
-// gradient at the end of backward.
+// Saved per block: 2 LayerNorms, attention, the GELU MLP (layer_norm_block_costs, with what trains
+// read from the model); the root adds wte(ids) + wpe (kept by the first ln_1 when it keeps its
+// input), the tied LM head, and wpe's gradient at the end of backward.
 ActivationBytes GPT2::activation_bytes(const CostQuery& q) const {
   const ModelSpec& s = spec_;
   const ActivationShape x = activation_shape(q, s.d_model, s.d_ff, s.n_heads, s.seq_len, /*causal=*/true,
                                              "transformer.h.0.ln_1.weight");
+  const int64_t b = x.b, nd = x.nd();
+  const double lora_dropout = s.finetune.lora.dropout;
+  auto norm_trains = [](const torch::nn::Module& m, const std::string& ln) {
+    return param_trains(m, ln + ".weight") || param_trains(m, ln + ".bias");
+  };
+  std::vector<LayerNormBlockTraining> t;
+  for (const auto& blk : transformer_->blocks) {
+    LayerNormBlockTraining bt;
+    bt.ln1 = norm_trains(*blk, "ln_1");
+    bt.ln2 = norm_trains(*blk, "ln_2");
+    bt.attn_in = linear_training(*blk, "attn.c_attn", lora_dropout);
+    bt.attn_out = linear_training(*blk, "attn.c_proj", lora_dropout);
+    bt.mlp_in = linear_training(*blk, "mlp.c_fc", lora_dropout);
+    bt.mlp_out = linear_training(*blk, "mlp.c_proj", lora_dropout);
+    t.push_back(bt);
+  }
+  const bool wte = param_trains(*this, "transformer.wte.weight"), wpe = param_trains(*this, "transformer.wpe.weight");
+  const bool lnf = norm_trains(*this, "transformer.ln_f");
   ActivationBytes a;
-  a.blocks = s.n_layers;
-  // The MLP's second projection is a Conv1D: weight [f, d].
-  const bool kept = layer_norm_block_costs(x, s.d_ff, a);
-  a.embed_saved = kept ? x.b * x.nd() : 0;
+  a.embedding_trains = wte || wpe;
+  a.grad_in = b * nd;
+  a.block_io = b * nd;
+  bool in_rg = wte || wpe;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const bool next_norm = i + 1 < t.size() ? t[i + 1].ln1 : lnf;
+    // The MLP's second projection is a Conv1D: weight [f, d].
+    a.blocks.push_back(layer_norm_block_costs(x, s.d_ff, t[i], in_rg, next_norm, s.dropout > 0));
+    in_rg = a.blocks.back().backward;
+  }
+  const NormCost nf = layer_norm_cost(x, in_rg, lnf);
+  a.final_norm_bwd = in_rg ? nf.saved + b * nd + layer_norm_backward_bytes(x, lnf) : 0;
+  a.head_saved = nf.saved + (wte ? b * nd : 0);  // the tied head saves its input for wte's gradient
+  a.last_out_kept = nf.keeps_input ? b * nd : 0;
+  const bool first_keeps = layer_norm_cost(x, wte || wpe, t.empty() ? lnf : t[0].ln1).keeps_input;
+  a.embed_saved = first_keeps ? b * nd : 0;
   a.embed_saved_rc = 0;
-  if (s.dropout > 0) dropout_costs(x, a);
-  lm_head_costs(x, s.vocab_size, s.tie_embeddings, a);
-  a.embed_bwd += x.b * s.seq_len * s.d_model;
+  if (s.dropout > 0 && (wte || wpe)) {  // the embedding dropout's noise
+    a.embed_saved += b * nd;
+    a.embed_saved_rc += b * nd;
+  }
+  lm_head_costs(x, s.vocab_size, s.tie_embeddings, wte, wte, nf.out_rg, a);
+  if (wpe) a.embed_bwd += b * s.seq_len * s.d_model;
   return a;
 }
 

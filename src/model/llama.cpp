@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "shardtrain/util/error.h"
 
@@ -161,15 +162,112 @@ int64_t Llama::parameter_count(const ModelSpec& s) {
 }
 
 double Llama::train_flops_per_token(int64_t seq_len) const {
-  // N excludes the embedding lookup; the LM head matrix (tied or not) is counted once.
-  const int64_t embedding = spec_.tie_embeddings ? 0 : spec_.vocab_size * spec_.d_model;
-  const double n = static_cast<double>(parameter_count(spec_) - embedding);
-  // Attention scores and the weighted sum: 2 x 2 x T x (heads x head_dim) per token and layer, x3 for training.
-  return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.n_heads * head_dim_of(spec_) * seq_len);
+  // The weights (weight_flops_per_token: 6N without a fine-tune) but the embedding lookup; the LM
+  // head matrix (tied or not) is counted once. Attention scores and the weighted sum: 2 x 2 x T x
+  // (heads x head_dim) per token and layer, x3 for training.
+  const std::vector<std::string> lookups =
+      spec_.tie_embeddings ? std::vector<std::string>{} : std::vector<std::string>{"model.embed_tokens.weight"};
+  return weight_flops_per_token(lookups) +
+         12.0 * static_cast<double>(spec_.n_layers * spec_.n_heads * head_dim_of(spec_) * seq_len);
 }
 
-// Saved per block: 2 RMSNorms, attention with rotary copies, SwiGLU; the root adds the embedding
-// output (kept by the first norm in fp32), the fp32 rotary tables and the LM head.
+namespace {
+// What trains in one decoder layer (its two norms, seven linears).
+struct LlamaBlockTraining {
+  bool norm1 = true, norm2 = true;
+  LinearTraining q, k, v, o, gate, up, down;
+};
+
+LlamaBlockTraining block_training(const torch::nn::Module& blk, double lora_dropout) {
+  LlamaBlockTraining t;
+  t.norm1 = param_trains(blk, "input_layernorm.weight");
+  t.norm2 = param_trains(blk, "post_attention_layernorm.weight");
+  t.q = linear_training(blk, "self_attn.q_proj", lora_dropout);
+  t.k = linear_training(blk, "self_attn.k_proj", lora_dropout);
+  t.v = linear_training(blk, "self_attn.v_proj", lora_dropout);
+  t.o = linear_training(blk, "self_attn.o_proj", lora_dropout);
+  t.gate = linear_training(blk, "mlp.gate_proj", lora_dropout);
+  t.up = linear_training(blk, "mlp.up_proj", lora_dropout);
+  t.down = linear_training(blk, "mlp.down_proj", lora_dropout);
+  return t;
+}
+
+struct LlamaBlockCost {
+  BlockBytes bytes;
+  bool rotary_used = false;  // q or k needs a gradient (mul then saves the rotary tables)
+  bool out_rg = false;
+};
+
+// One decoder layer: x (width d) -> RMSNorm -> q, k, v (rotary on q and k: under mixed precision
+// each use of the fp32 tables makes a b-byte copy of cos and sin that mul saves) -> attention
+// (heads x head_dim wide: xa) -> o_proj -> residual h -> RMSNorm -> SwiGLU (silu saves gate's
+// output, the product saves silu(gate) and up) -> down_proj -> residual.
+LlamaBlockCost block_costs(const ActivationShape& x, const ActivationShape& xa, const LlamaBlockTraining& t, bool in_rg,
+                           bool dropout) {
+  const int64_t b = x.b, nd = x.nd(), nf = x.nf();
+  const NormCost n1 = rms_norm_cost(x, in_rg, t.norm1);
+  const LinearCost q = linear_cost(x, x.d, t.q, n1.out_rg), k = linear_cost(x, x.d, t.k, n1.out_rg),
+                   v = linear_cost(x, x.d, t.v, n1.out_rg);
+  const int64_t xn = q.saves_input || k.saves_input || v.saves_input ? b * nd : 0;
+  const int64_t rotary = x.mixed ? ((q.out_rg ? 2 : 0) + (k.out_rg ? 2 : 0)) * b * x.T * x.hd : 0;
+  const AttentionCost at = attention_cost(xa, q.out_rg, k.out_rg, v.out_rg);
+  const LinearCost o = linear_cost(xa, xa.d, t.o, at.out_rg);
+  const int64_t merged = o.saves_input && !at.output_saved ? b * xa.nd() : 0;
+  const bool h_rg = in_rg || o.out_rg;
+  const NormCost n2 = rms_norm_cost(x, h_rg, t.norm2);
+  const LinearCost gate = linear_cost(x, x.d, t.gate, n2.out_rg), up = linear_cost(x, x.d, t.up, n2.out_rg);
+  const int64_t xn2 = gate.saves_input || up.saves_input ? b * nd : 0;
+  const bool prod_rg = gate.out_rg || up.out_rg;
+  const int64_t swiglu = (gate.out_rg ? 2 * b * nf : 0) + (up.out_rg ? b * nf : 0);  // gate, up; silu(gate)
+  const LinearCost down = linear_cost(x, x.f, t.down, prod_rg);
+  const int64_t prod = down.saves_input ? b * nf : 0;
+  const bool out_rg = h_rg || down.out_rg;
+  // A norm that saves its input tensor itself (fp32) keeps the residual h, and the next one this
+  // block's output, counted here.
+  const int64_t h_saved = n2.keeps_input ? b * nd : 0;
+  const int64_t out_saved = rms_norm_cost(x, out_rg, false).keeps_input ? b * nd : 0;
+  const bool s_rg = q.out_rg || k.out_rg;
+  const int64_t drop = dropout ? dropout_saved(x, o.out_rg, down.out_rg, s_rg, v.out_rg) : 0;
+  const int64_t attn_part = n1.saved + xn + q.saved + k.saved + v.saved + rotary + at.saved + merged + o.saved;
+  const int64_t mlp_part = h_saved + n2.saved + xn2 + gate.saved + up.saved + swiglu + prod + down.saved;
+  LlamaBlockCost c;
+  c.rotary_used = s_rg;
+  c.out_rg = out_rg;
+  c.bytes.saved = attn_part + mlp_part + out_saved + drop;
+  c.bytes.out_saved = out_saved;
+  c.bytes.backward = out_rg;
+  // Backward, relative to its start. down_proj: its weight's gradient [d, f] (with the GEMM
+  // workspace) and the input gradient [n, f]; with LoRA the branch's input gradient came first
+  // (the base's is added to it in place, as measured here), while the branch's saved set (A x,
+  // dropout's copies) and (a frozen base's) input are released. Inside the branch: the scaled output
+  // gradient (with lora_B's weight-gradient workspace), then the input gradient.
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
+  const bool lora = down.lora_low > 0;
+  const int64_t lora_in = lora ? (prod_rg ? b * nf : 0) - down.saved - (t.down.weight ? 0 : prod) : 0;
+  const int64_t down_m =
+      (t.down.weight ? b * x.f * x.d + gemm_workspace_bytes(x, x.d) : 0) + (prod_rg ? b * nf : 0) + lora_in;
+  const int64_t lora_m = lora ? std::max(b * nd + gemm_workspace_bytes(x, x.d), prod_rg ? b * nf : 0) : kNone;
+  // The SwiGLU product's backward: its gradient and the ones it makes (silu(gate)'s, up's); the
+  // product itself, if down_proj saved it, and LoRA's A x are released by then, with dropout the
+  // MLP branch's noise, and the block's incoming gradient unless the residual h needs it.
+  const int64_t grad_out = b * nd;
+  const int64_t prod_m = prod_rg ? b * nf + (gate.out_rg ? b * nf : 0) + (up.out_rg ? b * nf : 0) - prod - down.saved -
+                                       (dropout && down.out_rg ? b * nd : 0) - (h_rg ? 0 : grad_out)
+                                 : kNone;
+  // Attention peaks in its own backward after the MLP half, o_proj's saved set and (explicit)
+  // the merged heads, v' and the b-byte probabilities are released, and h's gradient unless the
+  // block's input needs it.
+  const int64_t attn_m = at.bwd > 0 ? -(mlp_part + merged + o.saved + at.released + drop) + at.held + at.bwd -
+                                          (in_rg ? 0 : grad_out)
+                                    : kNone;
+  c.bytes.bwd_work = std::max({down_m, lora_m, prod_m, attn_m});
+  return c;
+}
+}  // namespace
+
+// Per block as block_costs (what trains read from the model: requires_grad, LoRA's adapters);
+// the root adds the embedding output (kept by the first norm in fp32 when it needs a gradient),
+// the fp32 rotary tables and the LM head.
 ActivationBytes Llama::activation_bytes(const CostQuery& q) const {
   const ModelSpec& s = spec_;
   ActivationShape x = activation_shape(q, s.d_model, s.d_ff, s.n_heads, s.seq_len, /*causal=*/true,
@@ -178,45 +276,38 @@ ActivationBytes Llama::activation_bytes(const CostQuery& q) const {
   // The attention tensors are heads x head_dim wide, which an explicit head_dim makes differ from d.
   ActivationShape xa = x;
   xa.d = s.n_heads * head_dim_of(s);
-  const int64_t b = x.b, d = x.d, f = x.f, nd = x.nd(), nf = x.nf();
+  const int64_t b = x.b, nd = x.nd();
+  const bool dropout = s.dropout > 0;
+  const bool embed_rg = param_trains(*this, "model.embed_tokens.weight");
   ActivationBytes a;
-  a.blocks = s.n_layers;
-  a.gemm_ws = gemm_workspace_bytes(x, d);  // down_proj: Linear, weight [d, f]
+  a.embedding_trains = embed_rg;
   a.grad_in = b * nd;
   a.block_io = b * nd;
-  const int64_t rms = rms_norm_saved(x);
-  const bool input_kept = rms_norm_keeps_input(x);
-  a.norm_saved = rms;
-  // Attention: q and k after rotation and the repeat_kv/transposes are copied for bmm (H heads
-  // each), v (H heads) and the merged heads; under mixed precision each use of the fp32 rotary
-  // tables makes a b-byte copy that mul saves (cos and sin, for q and k).
-  const int64_t attn_saved = attention_saved(xa) + (x.mixed ? 4 * b * x.T * x.hd : 0);
-  // SwiGLU: gate, silu(gate), up, silu*up.
-  const int64_t mlp_saved = 4 * b * nf;
-  const int64_t h_saved = input_kept ? b * nd : 0;  // the residual h, saved by the second norm
-  const int64_t out_saved = input_kept ? b * nd : 0;
-  a.block_saved = 2 * rms + attn_saved + mlp_saved + h_saved + out_saved;
-  a.block_out_saved = out_saved;
-  // Backward of one block, relative to its start: down_proj (weight and input grads), then the
-  // product's two grads; attention peaks in softmax backward (fp32 grad in and out) after the
-  // MLP, the second norm, h, the merged heads and v' are released.
-  a.block_bwd_mlp = std::max(b * f * d + b * nf + a.gemm_ws, 2 * b * nf);
-  a.block_bwd_attn =
-      -(mlp_saved + rms + h_saved + 2 * b * nd + attention_probs_copy(x)) + b * nd + softmax_backward_bytes(x);
-  // Embedding output (kept by the first norm when fp32) and the fp32 rotary tables (saved by mul
-  // in fp32; captured by every block body under recomputation).
-  const int64_t rope = 2 * 4 * x.T * x.hd;
-  a.embed_saved = input_kept ? b * nd + rope : 0;
-  a.embed_saved_rc = rope;
-  a.head_saved = rms;
-  a.last_out_kept = input_kept ? b * nd : 0;
-  if (s.dropout > 0) {
-    dropout_costs(x, a);
-    // The SwiGLU-product moment comes after the MLP branch's noise and down_proj's input
-    // gradient are gone.
-    a.block_bwd_mlp = std::max(b * f * d + b * nf + a.gemm_ws, 2 * b * nf - b * nd);
+  bool in_rg = embed_rg, rotary_used = false;
+  for (const auto& blk : model_->blocks) {
+    const LlamaBlockCost c = block_costs(x, xa, block_training(*blk, s.finetune.lora.dropout), in_rg, dropout);
+    a.blocks.push_back(c.bytes);
+    rotary_used = rotary_used || c.rotary_used;
+    in_rg = c.out_rg;
   }
-  lm_head_costs(x, s.vocab_size, s.tie_embeddings, a);
+  // The final norm, and its output saved by the head for its weight's gradient.
+  const bool norm_trains = param_trains(*this, "model.norm.weight");
+  const NormCost nf = rms_norm_cost(x, in_rg, norm_trains);
+  a.final_norm_bwd = in_rg ? nf.saved + b * nd + rms_norm_backward_bytes(x, norm_trains) : 0;
+  const bool head_trains = param_trains(*this, s.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  a.head_saved = nf.saved + (head_trains ? b * nd : 0);
+  a.last_out_kept = nf.keeps_input ? b * nd : 0;
+  // Embedding output (kept by the first norm when fp32 and it needs a gradient) and the fp32
+  // rotary tables (saved by mul in fp32 when q or k needs a gradient; captured by every block
+  // body under recomputation).
+  const int64_t rope = 2 * 4 * x.T * x.hd;
+  a.embed_saved = (!x.mixed && embed_rg ? b * nd : 0) + (!x.mixed && rotary_used ? rope : 0);
+  a.embed_saved_rc = rope;
+  if (dropout && embed_rg) {  // the embedding dropout's noise
+    a.embed_saved += b * nd;
+    a.embed_saved_rc += b * nd;
+  }
+  lm_head_costs(x, s.vocab_size, s.tie_embeddings, head_trains, embed_rg, nf.out_rg, a);
   return a;
 }
 

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <map>
@@ -34,6 +35,15 @@ ParamInit Model::init_rule(const std::string& name) const {
     return {is_a ? ParamInit::Kind::FanInUniform : ParamInit::Kind::Zeros, 0.0};
   }
   return init_for(name);
+}
+
+double Model::weight_flops_per_token(const std::vector<std::string>& lookups) const {
+  double flops = 0;
+  for (const auto& p : named_parameters(/*recurse=*/true)) {
+    if (std::find(lookups.begin(), lookups.end(), p.key()) != lookups.end()) continue;
+    flops += (p.value().requires_grad() ? 6.0 : 4.0) * static_cast<double>(p.value().numel());
+  }
+  return flops;
 }
 
 at::Tensor Model::loss_sum(const at::Tensor& input, const at::Tensor& targets) {

@@ -119,10 +119,11 @@ int64_t ViT::parameter_count(const ModelSpec& s) {
 
 double ViT::train_flops_per_token(int64_t seq_len) const {
   const int64_t tokens = seq_len > 0 ? seq_len : num_patches(spec_) + 1;
-  // N excludes the lookups (class token, positions); the head runs once per image, not
-  // per token, so this slightly overcounts for small token counts.
-  const double n = static_cast<double>(parameter_count(spec_) - (num_patches(spec_) + 2) * spec_.d_model);
-  return 6.0 * n + 12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * tokens);
+  // The weights (weight_flops_per_token: 6N without a fine-tune) but the lookups (class token,
+  // positions); the head runs once per image, not per token, so this slightly overcounts for
+  // small token counts.
+  return weight_flops_per_token({"cls_token", "pos_embed"}) +
+         12.0 * static_cast<double>(spec_.n_layers * spec_.d_model * tokens);
 }
 
 double ViT::train_flops_per_item() const {
@@ -136,21 +137,56 @@ ActivationBytes ViT::activation_bytes(const CostQuery& q) const {
   const ModelSpec& s = spec_;
   const ActivationShape x = activation_shape(q, s.d_model, s.d_ff, s.n_heads, num_patches(s) + 1, /*causal=*/false,
                                              "blocks.0.norm1.weight");
-  const int64_t b = x.b, B = x.B, d = s.d_model;
+  const int64_t b = x.b, B = x.B, d = s.d_model, nd = x.nd();
   const int64_t image = s.channels * s.image_size * s.image_size;
+  const double lora_dropout = s.finetune.lora.dropout;
+  auto norm_trains = [](const torch::nn::Module& m, const std::string& ln) {
+    return param_trains(m, ln + ".weight") || param_trains(m, ln + ".bias");
+  };
+  std::vector<LayerNormBlockTraining> t;
+  for (const auto& blk : blocks_) {
+    LayerNormBlockTraining bt;
+    bt.ln1 = norm_trains(*blk, "norm1");
+    bt.ln2 = norm_trains(*blk, "norm2");
+    bt.attn_in = linear_training(*blk, "attn.qkv", lora_dropout);
+    bt.attn_out = linear_training(*blk, "attn.proj", lora_dropout);
+    bt.mlp_in = linear_training(*blk, "mlp.fc1", lora_dropout);
+    bt.mlp_out = linear_training(*blk, "mlp.fc2", lora_dropout);
+    t.push_back(bt);
+  }
+  const bool proj = param_trains(*this, "patch_embed.proj.weight");
+  const bool embed_rg = proj || param_trains(*this, "patch_embed.proj.bias") || param_trains(*this, "cls_token") ||
+                        param_trains(*this, "pos_embed");
+  const bool lnf = norm_trains(*this, "norm"), head = param_trains(*this, "head.weight");
   ActivationBytes a;
-  a.blocks = s.n_layers;
-  // The MLP's second projection is a Linear: weight [d, f].
-  const bool kept = layer_norm_block_costs(x, d, a);
-  const int64_t patches = b * B * image;
-  a.embed_saved = patches + (kept ? b * x.nd() : 0);
+  a.embedding_trains = embed_rg;
+  a.grad_in = b * nd;
+  a.block_io = b * nd;
+  bool in_rg = embed_rg;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const bool next_norm = i + 1 < t.size() ? t[i + 1].ln1 : lnf;
+    // The MLP's second projection is a Linear: weight [d, f].
+    a.blocks.push_back(layer_norm_block_costs(x, d, t[i], in_rg, next_norm, s.dropout > 0));
+    in_rg = a.blocks.back().backward;
+  }
+  const NormCost nf = layer_norm_cost(x, in_rg, lnf);
+  a.final_norm_bwd = in_rg ? nf.saved + b * nd + layer_norm_backward_bytes(x, lnf) : 0;
+  // The head reads the class token of the norm's output (a view: saving it keeps the whole output).
+  a.head_saved = nf.saved + (head ? b * nd : 0);
+  a.last_out_kept = nf.keeps_input ? b * nd : 0;
+  const int64_t patches = proj ? b * B * image : 0;
+  const bool first_keeps = layer_norm_cost(x, embed_rg, t.empty() ? lnf : t[0].ln1).keeps_input;
+  a.embed_saved = patches + (first_keeps ? b * nd : 0);
   a.embed_saved_rc = patches;
-  if (s.dropout > 0) dropout_costs(x, a);
+  if (s.dropout > 0 && embed_rg) {  // the embedding dropout's noise
+    a.embed_saved += b * nd;
+    a.embed_saved_rc += b * nd;
+  }
   a.inputs = 4 * B * image + 8 * B + (x.mixed ? b * B * image : 0);
   const int64_t logits = 4 * B * s.num_classes;
   a.head_fwd_work = 2 * logits;
   a.head_bwd_work = 3 * logits;
-  a.head_bwd_mm = logits + 4 * B * d + 4 * d * s.num_classes;
+  a.head_bwd_mm = logits + (nf.out_rg ? 4 * B * d : 0) + (head ? 4 * d * s.num_classes : 0);
   return a;
 }
 

@@ -15,24 +15,26 @@ namespace {
 int64_t dtype_bytes(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
 }  // namespace
 
-model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads) {
+model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads, const Target& target) {
   model::CostQuery q;
   q.micro_batch = micro_batch;
   q.compute_dtype = mp.param_dtype;
   q.keep_fp32 = mp.keep_fp32;
   q.threads = threads;
+  q.cuda = target.cuda;
+  q.fused_attention = target.fused_attention;
   return q;
 }
 
 ActivationBytes activation_bytes(const model::ModelSpec& spec, const fsdp::MixedPrecision& mp, int64_t micro_batch,
-                                 int threads) {
-  return model::build_model(spec, at::kMeta)->activation_bytes(cost_query(mp, micro_batch, threads));
+                                 int threads, const Target& target) {
+  return model::build_model(spec, at::kMeta)->activation_bytes(cost_query(mp, micro_batch, threads, target));
 }
 
 namespace {
 // One instant of the step: what it holds besides the persistent state.
 struct Instant {
-  const char* name;
+  std::string name;
   int64_t unsharded, grad_buffers, activations;
   bool with_optim = true;
 };
@@ -45,46 +47,62 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   const bool off = ps.engine.cpu_offload;
   MemoryBreakdown m;
   m.state_on_host = off;
-  int64_t Ur = 0, Ub = 0, pend_b = 0, nb = 0, max_shard = 0;
+  // Per unit: U, its unsharded parameter buffers (frozen flats too: they are gathered); G, its
+  // gradient buffers and pend, its reduce-scatter's input and output (trainable flats only: a
+  // frozen flat has neither, fsdp::FlatPlan::frozen).
+  int64_t Ur = 0, Ub = 0, Gr = 0, Gb = 0, pend_r = 0, pend_b = 0, nb = 0, nb_grad = 0, max_shard = 0, trainable_elems = 0;
   for (const auto& u : units) {
-    int64_t U = 0, pend = 0;
+    int64_t U = 0, G = 0, pend = 0;
     for (const auto& f : u.flats) {
-      m.params += 4 * f.shard_numel;
-      m.grads += 4 * f.shard_numel;
-      max_shard = std::max(max_shard, f.shard_numel);
+      if (f.frozen) {
+        m.frozen += f.shard_bytes();
+      } else {
+        m.params += 4 * f.shard_numel;
+        m.grads += 4 * f.shard_numel;
+        trainable_elems += f.shard_numel;
+        max_shard = std::max(max_shard, f.shard_numel);
+      }
       if (f.aliases_master) continue;
       U += f.full_bytes();
+      if (f.frozen) continue;
+      G += f.full_bytes();
       if (f.shard_size > 1) pend += f.padded * c + f.shard_numel * c;
     }
     if (u.is_root()) {
       Ur = U;
+      Gr = G;
+      pend_r = pend;
     } else if (!u.is_ignored()) {
       ++nb;
+      if (G > 0) ++nb_grad;
       Ub = std::max(Ub, U);
+      Gb = std::max(Gb, G);
       pend_b = std::max(pend_b, pend);
     }
   }
-  int64_t shard_elems = m.params / 4;
-  if (ps.optimizer == "adamw") m.optim = 8 * shard_elems;
-  else if (ps.sgd_momentum != 0) m.optim = 4 * shard_elems;
-  // DiLoCo: the outer copy of the shards and the outer momentum (fp32; the engine keeps the
-  // momentum buffer whatever diloco.outer_momentum), sharded like the optimizer state and held
-  // like it from the first step on (not at init).
-  if (runs_diloco(ps, st, S)) m.outer = 8 * shard_elems;
-  // With cpu_offload the shards and optimizer state are host memory: the peak counts the
-  // device (initialisation and clipping run on the host too).
-  const int64_t state = off ? 0 : m.params + m.grads + m.optim + m.outer;
+  if (ps.optimizer == "adamw") m.optim = 8 * trainable_elems;
+  else if (ps.sgd_momentum != 0) m.optim = 4 * trainable_elems;
+  // DiLoCo: the outer copy of the trainable shards and the outer momentum (fp32; the engine keeps
+  // the momentum buffer whatever diloco.outer_momentum), sharded like the optimizer state and
+  // held like it from the first step on (not at init).
+  if (runs_diloco(ps, st, S)) m.outer = 8 * trainable_elems;
+  // With cpu_offload the shards (frozen ones too) and the optimizer state are host memory: the
+  // peak counts the device (initialisation and clipping run on the host too). The host holds
+  // them and the staging of up to fsdp::kMaxPendingCopies gradient copies (fp32 shards).
+  const int64_t state = off ? 0 : m.state();
+  if (off) m.host = m.state() + static_cast<int64_t>(fsdp::kMaxPendingCopies) * 4 * max_shard;
 
   const bool reshard_fwd = fsdp::reshards_after_forward(st);
   const bool no_shard = st == fsdp::Strategy::NoShard;
-  const int64_t Gr = Ur, Gb = Ub;
   const int64_t U_fwd_end = Ur + (reshard_fwd ? 0 : nb * Ub);
-  const int64_t prefetch = ps.engine.backward_prefetch == fsdp::BackwardPrefetch::Pre && nb >= 2 ? 1 : 0;
-  const int64_t U_blk = reshard_fwd ? Ur + Ub * (1 + prefetch) : Ur + nb * Ub;
-  // The next-to-last block prefetches its own successor only if a block precedes it.
-  const int64_t U_blk2 = reshard_fwd ? Ur + Ub * (1 + (prefetch && nb >= 3 ? 1 : 0)) : Ur + std::max<int64_t>(0, nb - 1) * Ub;
-  const int64_t U_blk3 = reshard_fwd ? Ur + Ub * (1 + (prefetch && nb >= 4 ? 1 : 0)) : Ur + std::max<int64_t>(0, nb - 2) * Ub;
-  const int64_t U_end = no_shard ? Ur + nb * Ub : Ur;
+  const bool prefetch = ps.engine.backward_prefetch == fsdp::BackwardPrefetch::Pre;
+  // The root is resharded (and its gradients reduced) once all its trainable parameters have
+  // their gradients: at the end of backward when the embeddings train, else (a frozen embedding
+  // with a trainable final norm or head) before the blocks' backward starts. A root with nothing
+  // that trains stays gathered to the end.
+  const bool root_early = !no_shard && Gr > 0 && !a.embedding_trains;
+  const int64_t Ur_bwd = root_early ? 0 : Ur, Gr_bwd = root_early ? 0 : Gr;
+  const int64_t U_end = no_shard ? Ur + nb * Ub : Ur_bwd;
   // fsdp.secondary_shards (hpZ, full_shard): each block keeps 1/node of its unsharded bytes from
   // its forward until its backward gathers it (the block in backward and the one prefetched have
   // taken theirs).
@@ -97,57 +115,80 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   static_assert(fsdp::kMaxPendingReductions == 2, "the instants below follow two pending reductions");
   constexpr int64_t kMaxPending = static_cast<int64_t>(fsdp::kMaxPendingReductions);
   const int64_t pending = !no_shard && S > 1 ? pend_b : 0;
-  const int64_t pending_end = std::min<int64_t>(nb, kMaxPending) * pending;
-  const int64_t L = a.blocks;
-  const int64_t bwd_work = std::max(a.block_bwd_mlp, a.block_bwd_attn);
+  const int64_t pending_root = root_early && S > 1 ? pend_r : 0;
+  // Pending when the k-th block from the top starts its backward: the last two of (the root's,
+  // released early) and the k blocks' before it.
+  auto pending_at = [&](int64_t k) {
+    if (pending_root == 0) return std::min(k, kMaxPending) * pending;
+    return k == 0 ? pending_root : k == 1 ? pending_root + pending : kMaxPending * pending;
+  };
+  const int64_t pending_end =
+      pending_root > 0 && nb_grad < kMaxPending ? pending_at(nb_grad) : std::min<int64_t>(nb_grad, kMaxPending) * pending;
+  const int64_t L = static_cast<int64_t>(a.blocks.size());
+  int64_t all_blocks_saved = 0, L_bwd = 0;  // L_bwd: the blocks backward runs through (recomputed)
+  for (const auto& blk : a.blocks) {
+    all_blocks_saved += blk.saved;
+    L_bwd += blk.backward ? 1 : 0;
+  }
 
   std::vector<Instant> at;
-  if (!rc) {
-    const int64_t saved_all = a.inputs + a.embed_saved + L * a.block_saved + a.head_saved;
-    const int64_t B0 = a.inputs + a.embed_saved + L * a.block_saved - a.block_out_saved + a.grad_in + a.held_grad;
-    at.push_back({"loss", U_fwd_end + secs(0), 0, saved_all + a.head_fwd_work});
-    at.push_back({"loss backward", U_fwd_end + secs(0), 0, saved_all + a.head_bwd_work});
-    at.push_back({"head backward", U_fwd_end + secs(0), Gr, saved_all + a.head_bwd_mm});
-    at.push_back({"last block backward", U_blk + secs(1 + prefetch), Gr + Gb, B0 + bwd_work});
-    if (L >= 2) at.push_back({"next-to-last block backward", U_blk2 + secs(2 + prefetch), Gr + Gb + pending, B0 - a.block_saved + bwd_work});
-    if (L >= 3) at.push_back({"third-to-last block backward", U_blk3 + secs(3 + prefetch), Gr + Gb + kMaxPending * pending, B0 - 2 * a.block_saved + bwd_work});
-  } else {
-    const int64_t kept = a.inputs + a.embed_saved_rc + L * a.block_io + a.last_out_kept;
-    const int64_t B0 = a.inputs + a.embed_saved_rc + L * a.block_io + a.grad_in + a.held_grad + a.block_saved +
-                       (a.block_out_saved == 0 ? a.block_io : 0);
-    at.push_back({"loss", U_fwd_end + secs(0), 0, kept + a.head_saved + a.head_fwd_work});
-    at.push_back({"loss backward", U_fwd_end + secs(0), 0, kept + a.head_saved + a.head_bwd_work});
-    at.push_back({"head backward", U_fwd_end + secs(0), Gr, kept + a.head_saved + a.head_bwd_mm});
-    at.push_back({"last block backward", U_blk + secs(1 + prefetch), Gr + Gb, B0 + bwd_work});
-    // The next block recomputes the same activations while the previous block's reduction is
-    // still pending (its inputs stay with the recomputation nodes).
-    if (L >= 2) at.push_back({"next-to-last block backward", U_blk2 + secs(2 + prefetch), Gr + Gb + pending, B0 + bwd_work});
-    if (L >= 3) at.push_back({"third-to-last block backward", U_blk3 + secs(3 + prefetch), Gr + Gb + kMaxPending * pending, B0 + bwd_work});
+  // Recomputation keeps the input of each block backward runs through (fsdp's recompute node);
+  // the frozen blocks below them run plainly and keep nothing.
+  const int64_t kept = rc ? a.inputs + a.embed_saved_rc + L_bwd * a.block_io + a.last_out_kept
+                          : a.inputs + a.embed_saved + all_blocks_saved;
+  at.push_back({"loss", U_fwd_end + secs(0), 0, kept + a.head_saved + a.head_fwd_work});
+  at.push_back({"loss backward", U_fwd_end + secs(0), 0, kept + a.head_saved + a.head_bwd_work});
+  at.push_back({"head backward", U_fwd_end + secs(0), Gr, kept + a.head_saved + a.head_bwd_mm});
+  at.push_back({"final norm backward", U_fwd_end + secs(0), Gr, kept + a.final_norm_bwd});
+  // The blocks' backward from the last one down, as far as backward goes (it stops below the
+  // lowest block with anything that trains). Block j (k-th from the top) holds: the root and
+  // its own unsharded buffers (+ the next one prefetched, under reshard-after-forward), or every
+  // block from its forward on; the root's and its gradient buffers; pending reductions of the
+  // k blocks before it (at most two); without recomputation the blocks below it and its own
+  // saved set (its output released with the next block's), with recomputation every block's
+  // input and its own recomputed set; and its working memory.
+  static const char* const kNames[] = {"last block backward", "next-to-last block backward",
+                                       "third-to-last block backward"};
+  int64_t below = all_blocks_saved;  // saved by blocks 0 .. j
+  for (int64_t j = L - 1, k = 0; j >= 0 && a.blocks[static_cast<size_t>(j)].backward; --j, ++k) {
+    const BlockBytes& blk = a.blocks[static_cast<size_t>(j)];
+    const int64_t pf = prefetch && j >= 1 ? 1 : 0;
+    const int64_t U = reshard_fwd ? Ur_bwd + Ub * (1 + pf) : Ur_bwd + std::max<int64_t>(0, nb - k) * Ub;
+    const int64_t act = rc ? a.inputs + a.embed_saved_rc + L_bwd * a.block_io + a.grad_in + a.held_grad + blk.saved +
+                                 (blk.out_saved == 0 ? a.block_io : 0) + blk.bwd_work
+                           : a.inputs + a.embed_saved + below - blk.out_saved + a.grad_in + a.held_grad + blk.bwd_work;
+    const std::string name = k < 3 ? kNames[k] : "block " + std::to_string(j) + " backward";
+    at.push_back({name, U + secs(k + 1 + pf), Gr_bwd + Gb + pending_at(k), act});
+    below -= blk.saved;
   }
   // Recomputation nodes keep their block's input until the graph is freed after backward.
-  at.push_back({"embedding backward", U_end, Gr + pending_end,
-                a.inputs + a.embed_bwd + (rc ? L * a.block_io + a.embed_saved_rc : 0)});
-  // clip_grad_norm: one chunk squared in fp64 (fsdp::kNormChunkElems), on the host too.
+  at.push_back({"embedding backward", U_end, Gr_bwd + pending_end,
+                a.inputs + a.embed_bwd + (rc ? L_bwd * a.block_io + a.embed_saved_rc : 0)});
+  // clip_grad_norm: one chunk of the trainable shards squared in fp64 (fsdp::kNormChunkElems),
+  // on the host too.
   if (!off) at.push_back({"clip", U_end, 0, 8 * std::min<int64_t>(max_shard, fsdp::kNormChunkElems)});
 
   // Sharded initialisation (fsdp::Engine, materialize): one flat at a time, the whole flat
-  // in fp32, one parameter's init values, then this rank's master slice and the empty
-  // compute-dtype buffer, over the masters and gradient shards of the flats before it.
+  // in fp32, one parameter's init values, then this rank's slice at rest (a trainable flat's
+  // fp32 master, a frozen one's in its dtype) and the empty compute-dtype buffer, over what the
+  // flats before it keep (masters and gradient shards; frozen shards).
   int64_t prior = 0, init_peak = 0;
   for (const auto& u : units) {
     for (const auto& f : u.flats) {
       int64_t max_param = 0;
       for (const auto& pr : f.params) max_param = std::max(max_param, pr.numel);
-      const int64_t extra = f.aliases_master ? 4 * max_param : std::max(4 * max_param, 4 * f.shard_numel + f.full_bytes());
-      init_peak = std::max(init_peak, prior + 4 * f.padded + extra);
-      prior += 8 * f.shard_numel;
+      // Aliased, the flat is its master: the fp32 flat itself, or (frozen) its copy in its dtype.
+      const int64_t copy = f.aliases_master ? (f.dtype == at::kFloat ? 0 : f.full_bytes()) : f.shard_bytes() + f.full_bytes();
+      init_peak = std::max(init_peak, prior + 4 * f.padded + std::max(4 * max_param, copy));
+      prior += f.frozen ? (f.aliases_master ? f.full_bytes() : f.shard_bytes()) : 8 * f.shard_numel;
     }
   }
-  if (!off) at.push_back({"init", 0, 0, init_peak - m.params - m.grads, false});
+  const int64_t at_rest = m.params + m.grads + m.frozen;
+  if (!off) at.push_back({"init", 0, 0, init_peak - at_rest, false});
 
   int64_t best = -1;
   for (const auto& i : at) {
-    const int64_t total = (i.with_optim ? state : m.params + m.grads) + i.unsharded + i.grad_buffers + i.activations;
+    const int64_t total = (i.with_optim ? state : at_rest) + i.unsharded + i.grad_buffers + i.activations;
     if (total > best) {
       best = total;
       m.unsharded = i.unsharded;

@@ -47,13 +47,32 @@ double collective_core_seconds(const StepTimeSettings& s, const PlannedCollectiv
   return std::min(collective_seconds(s, c, true), c.bytes * std::min(c.weight, k.weight[op]) / bw + k.sync_us[op] * 1e-6);
 }
 
-double blocks_param_share(const std::vector<fsdp::UnitPlan>& units) {
-  double all = 0, blocks = 0;
-  for (const auto& u : units) {
-    all += static_cast<double>(u.numel());
-    if (!u.is_root() && !u.is_ignored()) blocks += static_cast<double>(u.numel());
+std::vector<UnitFlops> unit_flops_shares(const std::vector<fsdp::UnitPlan>& units) {
+  std::vector<UnitFlops> out(units.size());
+  double all = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    double numel = 0, trains = 0;
+    for (const auto& f : units[i].flats) {
+      numel += static_cast<double>(f.numel);
+      if (!f.frozen) trains += static_cast<double>(f.numel);
+    }
+    out[i].fwd = 2 * numel;
+    out[i].bwd = 2 * numel + 2 * trains;
+    all += out[i].fwd + out[i].bwd;
   }
-  return all > 0 ? blocks / all : 0.0;
+  for (auto& u : out) {
+    u.fwd = all > 0 ? u.fwd / all : 0.0;
+    u.bwd = all > 0 ? u.bwd / all : 0.0;
+  }
+  return out;
+}
+
+double recompute_flops_factor(const std::vector<fsdp::UnitPlan>& units) {
+  const std::vector<UnitFlops> shares = unit_flops_shares(units);
+  double blocks = 0;
+  for (size_t i = 0; i < units.size(); ++i)
+    if (!units[i].is_root() && !units[i].is_ignored()) blocks += shares[i].fwd;
+  return 1.0 + blocks;
 }
 
 namespace {
@@ -115,28 +134,25 @@ StepEstimate estimate_step(const StepTimeSettings& s, const StepTimeInputs& in) 
   // come after them), then the blocks; the ignored group's FLOPs go with the root.
   int root = -1;
   std::vector<int> blocks;
-  double numel_all = 0;
   for (size_t i = 0; i < units.size(); ++i) {
-    numel_all += static_cast<double>(units[i].numel());
     if (units[i].is_root()) root = static_cast<int>(i);
     else if (!units[i].is_ignored()) blocks.push_back(static_cast<int>(i));
   }
   const double per_micro = compute / std::max(1, in.grad_accum);
-  auto flops_share = [&](int u) {
-    double n = static_cast<double>(units[u].numel());
-    if (u == root)
-      for (const auto& v : units)
-        if (v.is_ignored()) n += static_cast<double>(v.numel());
-    return numel_all > 0 ? n / numel_all : 0.0;
-  };
-  // Forward is 2 of 6N's 6 FLOPs per parameter, backward 4; recomputation runs a block's
-  // forward again in its backward, which step_flops already counts: split it the same way.
-  const double rc = in.recompute ? 1.0 / 3.0 : 0.0;  // the blocks' extra forward, of their 6N
+  // Each unit's forward and backward shares of the weights' FLOPs (unit_flops_shares: forward 2,
+  // backward 4 per trainable parameter and 2 per frozen one); the ignored group's go with the
+  // root. Recomputation runs a block's forward again in its backward, which step_flops already
+  // counts (recompute_flops_factor): split it the same way.
+  std::vector<UnitFlops> unit_share = unit_flops_shares(units);
+  for (size_t i = 0; i < units.size(); ++i)
+    if (units[i].is_ignored() && root >= 0) {
+      unit_share[root].fwd += unit_share[i].fwd;
+      unit_share[root].bwd += unit_share[i].bwd;
+    }
   const double denom = in.recompute ? recompute_flops_factor(units) : 1.0;  // step_flops = base x denom
-  auto fwd = [&](int u) { return per_micro * flops_share(u) / denom / 3.0; };
+  auto fwd = [&](int u) { return per_micro * unit_share[u].fwd / denom; };
   auto bwd = [&](int u) {
-    const double base = per_micro * flops_share(u) / denom;
-    return base * 2.0 / 3.0 + (u == root ? 0.0 : rc * base);
+    return per_micro * (unit_share[u].bwd + (in.recompute && u != root ? unit_share[u].fwd : 0.0)) / denom;
   };
 
   Channel ch;

@@ -72,7 +72,7 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   eo.strategy = st;
   const std::shared_ptr<model::Model> meta = model::build_model(ps.spec, at::kMeta);
   p.units = fsdp::plan_units(*meta, eo, S);
-  const ActivationBytes a = meta->activation_bytes(cost_query(ps.engine.mp, ps.micro_batch, ps.threads));
+  const ActivationBytes a = meta->activation_bytes(cost_query(ps.engine.mp, ps.micro_batch, ps.threads, ps.target));
   p.mem_no_recompute = peak_memory(ps, st, p.units, S, a, false);
   p.mem_recompute = peak_memory(ps, st, p.units, S, a, true);
   p.mem = ps.engine.activation_checkpointing ? p.mem_recompute : p.mem_no_recompute;
@@ -98,7 +98,8 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   in.forward_prefetch = ps.engine.forward_prefetch;
   in.backward_prefetch = ps.engine.backward_prefetch;
   for (const auto& u : p.units)
-    for (const auto& f : u.flats) in.params_per_rank += static_cast<double>(f.shard_numel);
+    for (const auto& f : u.flats)
+      if (!f.frozen) in.params_per_rank += static_cast<double>(f.shard_numel);  // what the optimizer updates
   // DiLoCo: the inner step replays the collectives above (no replica average), and its outer
   // sync adds a cycle's time / H; every_step_link: the same strategy syncing every step.
   p.diloco = runs_diloco(ps, st, S);
@@ -156,6 +157,90 @@ int recommend(const std::vector<StrategyPlan>& plans, int64_t device_bytes, bool
   }
   if (recompute) *recompute = best_rc;
   return best;
+}
+
+namespace {
+// The recommendation of every strategy planned under q, or (nothing fits) its smallest peak.
+Alternative best_under(const PlanSettings& q, int64_t device_bytes, std::string change) {
+  Alternative alt;
+  alt.change = std::move(change);
+  alt.ranks = q.ranks;
+  alt.ranks_per_host = q.ranks_per_host;
+  std::vector<StrategyPlan> plans = plan_all(q);
+  if (plans.empty()) return alt;
+  bool rc = false;
+  int i = recommend(plans, device_bytes, &rc);
+  alt.fits = i >= 0;
+  if (i < 0) {
+    i = 0;
+    for (size_t j = 1; j < plans.size(); ++j)
+      if (plans[j].mem_recompute.total < plans[i].mem_recompute.total) i = static_cast<int>(j);
+    rc = true;
+  }
+  alt.plan = std::move(plans[static_cast<size_t>(i)]);
+  alt.recompute = rc;
+  return alt;
+}
+
+// cpu_offload runs without the ZeRO++ options (fsdp::check_strategy_options).
+PlanSettings offloaded(PlanSettings q) {
+  q.engine.cpu_offload = true;
+  q.engine.compression.quantize_weights = q.engine.compression.quantize_grads = false;
+  q.engine.compression.secondary_shards = false;
+  return q;
+}
+
+PlanSettings with_lora(PlanSettings q) {
+  q.spec.finetune.lora.rank = kLoraRank;
+  q.spec.finetune.lora.targets = {"all-linear"};
+  return q;
+}
+}  // namespace
+
+std::vector<Alternative> alternatives(const PlanSettings& ps, int64_t device_bytes) {
+  std::vector<Alternative> out;
+  const bool can_offload = !ps.engine.cpu_offload, can_lora = !ps.spec.finetune.lora.on();
+  if (can_offload) out.push_back(best_under(offloaded(ps), device_bytes, "fsdp.cpu_offload = true"));
+  bool lora_ok = false;
+  if (can_lora) {
+    try {
+      out.push_back(best_under(with_lora(ps), device_bytes,
+                               "lora.rank = " + std::to_string(kLoraRank) + " on lora.targets = [\"all-linear\"]"));
+      lora_ok = true;
+    } catch (const UserError&) {
+      // A model too narrow for that rank (lora.rank above a layer's min(in, out)): no LoRA line.
+    }
+  }
+  if (can_offload && lora_ok && !out[0].fits && !out[1].fits)
+    out.push_back(best_under(offloaded(with_lora(ps)), device_bytes,
+                             "lora.rank = " + std::to_string(kLoraRank) + " on all-linear and fsdp.cpu_offload = true"));
+  // More ranks: whole hosts of ranks_per_host, doubling, until a strategy fits (or 64x).
+  for (int k = 2; k <= 64 && ps.ranks * k <= (1 << 20); k *= 2) {
+    PlanSettings q = ps;
+    q.ranks = ps.ranks * k;
+    const int hosts = q.ranks / q.ranks_per_host;
+    Alternative alt = best_under(q, device_bytes,
+                                 "--ranks " + std::to_string(q.ranks) + " (" + std::to_string(hosts) + " host" +
+                                     (hosts > 1 ? "s" : "") + " of " + std::to_string(q.ranks_per_host) + ")");
+    if (alt.fits || k == 64) {
+      out.push_back(std::move(alt));
+      break;
+    }
+  }
+  if (ps.micro_batch > 1) {
+    PlanSettings q = ps;
+    q.micro_batch = 1;
+    q.grad_accum = ps.grad_accum * ps.micro_batch;
+    out.push_back(best_under(q, device_bytes,
+                             "train.micro_batch = 1 (train.grad_accum = " + std::to_string(q.grad_accum) +
+                                 ": the same global batch)"));
+  }
+  if (ps.engine.mp.param_dtype == at::kFloat) {
+    PlanSettings q = ps;
+    q.engine.mp.param_dtype = at::kBFloat16;
+    out.push_back(best_under(q, device_bytes, "fsdp.param_dtype = \"bf16\""));
+  }
+  return out;
 }
 
 }  // namespace shardtrain::plan

@@ -1,6 +1,8 @@
 // The planner's text: the table of every strategy, the sharding diagrams, the recommendation.
 #include "shardtrain/plan/tables.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -40,6 +42,27 @@ std::string unit_label(const fsdp::UnitPlan& u, const fsdp::FlatPlan& f) {
 }
 
 }  // namespace
+
+std::string describe_alternatives(const PlanSettings& ps, const std::vector<Alternative>& alts, int64_t device_bytes) {
+  std::ostringstream os;
+  for (const Alternative& a : alts) {
+    const MemoryBreakdown& m = a.mem();
+    os << "  " << a.change << ": ";
+    if (!a.fits) {
+      os << "does not fit either (the smallest peak " << format_bytes(m.total) << ", "
+         << fsdp::to_string(a.plan.strategy) << " with recomputation)\n";
+      continue;
+    }
+    os << fsdp::to_string(a.plan.strategy) << (a.recompute ? " with fsdp.activation_checkpointing = true" : "")
+       << ", peak " << format_bytes(m.total) << " of " << format_bytes(device_bytes) << " per rank";
+    if (m.host > 0)
+      os << "; host memory " << format_bytes(m.host) << " per rank, " << format_bytes(m.host * a.ranks_per_host)
+         << " per host of " << a.ranks_per_host << " rank" << (a.ranks_per_host > 1 ? "s" : "");
+    os << "\n";
+  }
+  (void)ps;
+  return os.str();
+}
 
 std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int width) {
   std::ostringstream os;
@@ -150,9 +173,30 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
      << fsdp::dtype_name(ps.engine.mp.param_dtype) << " compute, " << fsdp::dtype_name(ps.engine.mp.reduce_dtype)
      << " reduce, " << ps.optimizer << "; activation checkpointing "
      << (ps.engine.activation_checkpointing ? "on" : "off") << " in the deck\n";
+  os << "# target " << (ps.target.cuda ? "cuda" : "cpu") << ": attention "
+     << (ps.target.fused_attention ? "by the fused kernels (flash / memory-efficient, libtorch >= 2: no T x T scores)"
+                                   : "in the explicit form (T x T scores and an fp32 softmax per head)")
+     << (ps.target.cuda ? "" : ", libtorch's CPU GEMM workspace") << "\n";
+  const model::Finetune& ft = sp.finetune;
+  if (ft.any()) {
+    os << "# fine-tune:";
+    if (ft.lora.on()) {
+      os << " LoRA rank " << ft.lora.rank << " on ";
+      if (ft.lora.targets.empty()) os << "the architecture's default targets";
+      for (size_t i = 0; i < ft.lora.targets.size(); ++i) os << (i ? ", " : "") << ft.lora.targets[i];
+      os << ";";
+    }
+    if (!ft.freeze.empty()) os << " train.freeze " << ft.freeze.size() << " pattern" << (ft.freeze.size() > 1 ? "s" : "") << ";";
+    const std::shared_ptr<model::Model> meta = model::build_model(sp, at::kMeta);
+    int64_t trains = 0;
+    for (const auto& p : meta->parameters())
+      if (p.requires_grad()) trains += p.numel();
+    os << " " << with_commas(trains) << " trainable parameters; the frozen ones are kept sharded in their dtype"
+       << " (no fp32 master, gradient, optimizer state or reduce-scatter)\n";
+  }
   if (ps.engine.cpu_offload)
-    os << "# fsdp.cpu_offload = true: parameter and gradient shards and the optimizer state live in host memory;"
-          " the peaks below are device memory without them (not measured on a GPU yet)\n";
+    os << "# fsdp.cpu_offload = true: parameter and gradient shards and the optimizer state live in host memory"
+          " (rows host memory); the peaks below are device memory without them (not measured on a GPU yet)\n";
   const fsdp::ReplicaSync& dl = ps.engine.replica_sync;
   if (dl.diloco()) {
     char b[640];
@@ -185,6 +229,11 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
     return std::to_string(p.shard_size) + " x " + std::to_string(p.replicate_size);
   });
   row("params (fp32 shards)", [](const StrategyPlan& p) { return format_bytes(p.mem.params); });
+  bool any_frozen = false;
+  for (const auto& p : plans) any_frozen = any_frozen || p.mem.frozen > 0;
+  if (any_frozen)
+    row("frozen shards (" + std::string(fsdp::dtype_name(ps.engine.mp.param_dtype)) + ")",
+        [](const StrategyPlan& p) { return format_bytes(p.mem.frozen); });
   row("grads (fp32 shards)", [](const StrategyPlan& p) { return format_bytes(p.mem.grads); });
   row("optimizer state", [](const StrategyPlan& p) { return format_bytes(p.mem.optim); });
   if (dl.diloco())
@@ -199,6 +248,10 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
     std::snprintf(b, sizeof b, "%.1f%%%s", 100.0 * p.mem.total / device_bytes, p.mem.total > device_bytes ? " OOM" : "");
     return std::string(b);
   });
+  if (ps.engine.cpu_offload) {
+    row("host memory / rank", [](const StrategyPlan& p) { return format_bytes(p.mem.host); });
+    row("host memory / host", [&](const StrategyPlan& p) { return format_bytes(p.mem.host * ps.ranks_per_host); });
+  }
   row("peak without recompute", [](const StrategyPlan& p) { return format_bytes(p.mem_no_recompute.total); });
   row("peak with recompute", [](const StrategyPlan& p) { return format_bytes(p.mem_recompute.total); });
   row("saved activations", [](const StrategyPlan& p) { return format_bytes(p.mem_no_recompute.saved_activations); });
@@ -256,7 +309,8 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
     int64_t least = plans.empty() ? 0 : plans[0].mem_recompute.total;
     for (const auto& p : plans) least = std::min(least, p.mem_recompute.total);
     os << "recommendation: nothing fits " << format_bytes(device_bytes) << " per rank (the smallest peak is "
-       << format_bytes(least) << " with recomputation): use more ranks, a smaller micro-batch, or bf16\n";
+       << format_bytes(least) << " with recomputation). Planned instead, one change at a time:\n";
+    os << describe_alternatives(ps, alternatives(ps, device_bytes), device_bytes);
   } else {
     const StrategyPlan& p = plans[best];
     const MemoryBreakdown& m = rc ? p.mem_recompute : p.mem_no_recompute;

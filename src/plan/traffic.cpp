@@ -88,8 +88,9 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
     const auto& u = p.units[ui];
     const int unit = static_cast<int>(ui);
     for (const auto& f : u.flats) {
+      // A frozen flat is only gathered: no gradient to reduce-scatter or average (fsdp::FlatPlan::frozen).
       if (u.is_ignored()) {
-        ar_world += ring_bytes_sent(RingOp::AllReduce, N, 4.0 * f.numel);
+        if (!f.frozen) ar_world += ring_bytes_sent(RingOp::AllReduce, N, 4.0 * f.numel);
         continue;
       }
       const int gathers = u.is_root() ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
@@ -107,11 +108,13 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
           ag += ps.grad_accum * gathers * one;
           if (gathers == 2) emit(CollectiveKind::BackwardGather, unit, one, ring_steps(RingOp::AllGather, S), es);
         }
-        const double scatter = ring_bytes_sent(RingOp::ReduceScatter, S, f.padded * b_reduce);
-        rs += ps.grad_accum * scatter;
-        emit(CollectiveKind::ReduceScatter, unit, scatter, ring_steps(RingOp::ReduceScatter, S), es);
+        if (!f.frozen) {
+          const double scatter = ring_bytes_sent(RingOp::ReduceScatter, S, f.padded * b_reduce);
+          rs += ps.grad_accum * scatter;
+          emit(CollectiveKind::ReduceScatter, unit, scatter, ring_steps(RingOp::ReduceScatter, S), es);
+        }
       }
-      if (R > 1 && !diloco) {
+      if (R > 1 && !diloco && !f.frozen) {
         const double plain = ring_bytes_sent(RingOp::AllReduce, R, 4.0 * f.shard_numel);
         ar_rep += qg ? ring_bytes_sent(RingOp::AllGather, R, R * fsdp::quantized_bytes(f.shard_numel, block)) + guard * plain : plain;
       }
@@ -180,7 +183,7 @@ OuterSync outer_sync_traffic(const PlanSettings& ps, const StrategyPlan& p) {
     double bytes = 0;
     for (int u = out.first_unit[f]; u < out.first_unit[f + 1]; ++u)
       for (const auto& fl : p.units[static_cast<size_t>(u)].flats)
-        bytes += outer_wire_bytes(fl.shard_numel, wire, ps.engine.compression.block, R, guard);
+        if (!fl.frozen) bytes += outer_wire_bytes(fl.shard_numel, wire, ps.engine.compression.block, R, guard);
     PlannedCollective c;
     c.kind = CollectiveKind::ReplicaAllReduce;
     c.unit = -1;

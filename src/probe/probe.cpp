@@ -6,7 +6,9 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
@@ -57,7 +59,8 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
 
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed * 7919 + static_cast<uint64_t>(rank));
     const model::ModelSpec& s = net->spec();
-    double step_s = 0, loss_sum = 0;
+    double loss_sum = 0;
+    std::vector<double> step_s;  // each step's seconds on this rank
     for (int step = 0; step < o.steps; ++step) {
       Timer t;
       engine->zero_grad();
@@ -78,7 +81,7 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
       }
       engine->clip_grad_norm(d.get_float("optimizer.grad_clip"));
       opt->step(static_cast<float>(d.get_float("optimizer.lr")));
-      step_s = t.seconds();
+      step_s.push_back(t.seconds());
     }
     const int64_t peak = std::max(init_peak, train::alloc_counters().peak_bytes - live_before + res.optim_bytes);
     over = over || train::alloc_limit_exceeded() || (o.memory_limit > 0 && res.optim_bytes > o.memory_limit);
@@ -86,16 +89,25 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
     engine.reset();
     train::set_alloc_limit(0);
 
-    double local[2] = {static_cast<double>(peak), step_s}, global[2];
-    ST_MPI_CHECK(MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_MAX, world));
+    double local_peak = static_cast<double>(peak), global_peak = 0;
+    ST_MPI_CHECK(MPI_Allreduce(&local_peak, &global_peak, 1, MPI_DOUBLE, MPI_MAX, world));
+    // Each step's time is its slowest rank's; the result is the median of the steps after the
+    // first (which also allocates what later steps reuse): the last one's for 2 steps.
+    std::vector<double> slowest(step_s.size(), 0.0);
+    ST_MPI_CHECK(MPI_Allreduce(step_s.data(), slowest.data(), static_cast<int>(step_s.size()), MPI_DOUBLE, MPI_MAX,
+                               world));
+    std::vector<double> later(slowest.size() > 1 ? slowest.begin() + 1 : slowest.begin(), slowest.end());
+    std::sort(later.begin(), later.end());
+    const size_t m = later.size();
+    const double median = m == 0 ? 0.0 : m % 2 ? later[m / 2] : 0.5 * (later[m / 2 - 1] + later[m / 2]);
     int over_i = over ? 1 : 0, any_over = 0;
     ST_MPI_CHECK(MPI_Allreduce(&over_i, &any_over, 1, MPI_INT, MPI_MAX, world));
     double loss_all = 0;
     ST_MPI_CHECK(MPI_Allreduce(&loss_sum, &loss_all, 1, MPI_DOUBLE, MPI_SUM, world));
     int size = 1;
     ST_MPI_CHECK(MPI_Comm_size(world, &size));
-    res.peak_bytes = static_cast<int64_t>(global[0]);
-    res.step_s = global[1];
+    res.peak_bytes = static_cast<int64_t>(global_peak);
+    res.step_s = median;
     res.fits = any_over == 0;
     res.loss = loss_all / size;
   }

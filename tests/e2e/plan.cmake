@@ -2,9 +2,10 @@
 # e2e_plan_measure_<deck>: `plan --measure` at 2 ranks (simulated as 2 hosts of 1 rank, so the
 # hybrid strategies differ from full_shard) runs 2 real steps per strategy under the counting
 # allocator and fails if any planned peak is more than 10% off the measured one. Small decks in
-# plan/: fp32 GPT-2, fp32 Llama with GQA, fp32 ViT, bf16 GPT-2 with recomputation, bf16 Llama.
+# plan/: fp32 GPT-2, fp32 Llama with GQA, fp32 ViT, bf16 GPT-2 with recomputation, bf16 Llama,
+# LoRA on a bf16 Llama (frozen bf16 base), a partial fine-tune of an fp32 GPT-2 (train.freeze).
 if(TARGET shardtrain)
-  foreach(deck gpt2-fp32 llama-gqa-fp32 vit-fp32 gpt2-bf16-recompute llama-bf16)
+  foreach(deck gpt2-fp32 llama-gqa-fp32 vit-fp32 gpt2-bf16-recompute llama-bf16 llama-lora-bf16 gpt2-freeze-fp32)
     string(MAKE_C_IDENTIFIER "${deck}" deck_id)
     add_test(NAME e2e_plan_measure_${deck_id}
       COMMAND ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS} -np 2 $<TARGET_FILE:shardtrain> plan
@@ -20,6 +21,21 @@ if(TARGET shardtrain)
   set_tests_properties(e2e_plan_report_gpt2_xl PROPERTIES TIMEOUT 120 LABELS "e2e;plan"
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
     PASS_REGULAR_EXPRESSION "sharding: hybrid_shard_zero2 - 2 shard groups of 8 ranks.*recommendation: parallel.strategy = ")
+  # The 70B LoRA deck planned for 8 GPUs of 80 GiB (fused attention): full_shard with
+  # recomputation fits; the same shape's full fine-tune fits nothing, and the recommendation names
+  # cpu_offload with its host memory and LoRA with its rank, each planned.
+  add_test(NAME e2e_plan_report_llama_70b_lora
+    COMMAND $<TARGET_FILE:shardtrain> plan ${PROJECT_SOURCE_DIR}/inputs/llama-70b-lora.toml --ranks 8
+            --device-memory 80GiB --target cuda --compute-tflops 150 --cores-per-host 64)
+  add_test(NAME e2e_plan_report_llama_70b_full
+    COMMAND $<TARGET_FILE:shardtrain> plan ${PROJECT_SOURCE_DIR}/inputs/llama-70b-lora.toml --ranks 8
+            --device-memory 80GiB --target cuda --compute-tflops 150 --cores-per-host 64 --set lora.rank=0)
+  set_tests_properties(e2e_plan_report_llama_70b_lora e2e_plan_report_llama_70b_full PROPERTIES TIMEOUT 120
+    LABELS "e2e;plan" ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  set_tests_properties(e2e_plan_report_llama_70b_lora PROPERTIES PASS_REGULAR_EXPRESSION
+    "frozen shards \\(bf16\\).*recommendation: parallel.strategy = \"full_shard\" with fsdp.activation_checkpointing = true")
+  set_tests_properties(e2e_plan_report_llama_70b_full PROPERTIES PASS_REGULAR_EXPRESSION
+    "nothing fits.*fsdp.cpu_offload = true: full_shard[^\n]*host memory [0-9.]+ GiB per rank, [0-9.]+ TiB per host of 8 ranks.*lora.rank = 16 on lora.targets = \\[\"all-linear\"\\]: full_shard")
   # A bad size is a user error (exit 2).
   add_test(NAME e2e_plan_bad_device_memory
     COMMAND $<TARGET_FILE:shardtrain> plan ${CMAKE_CURRENT_LIST_DIR}/plan/gpt2-fp32.toml --device-memory 12parsecs)

@@ -7,8 +7,10 @@
 #include <map>
 #include <set>
 
+#include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/fsdp/wrap.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/model.h"
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/plan/bytes.h"
@@ -206,7 +208,8 @@ TEST(MemoryPlan, SavedActivationsOfAGpt2Block) {
   fsdp::MixedPrecision mp;
   plan::ActivationBytes a = plan::activation_bytes(s, mp, 2);
   const int64_t n = 256, d = 64, f = 256, attn = 2 * 4 * 128 * 128;
-  EXPECT_EQ(a.block_saved, 32 * n * d + 8 * n * f + 4 * attn + 128 * 128 + 16 * n);
+  ASSERT_EQ(a.blocks.size(), 2u);
+  EXPECT_EQ(a.blocks[1].saved, 32 * n * d + 8 * n * f + 4 * attn + 128 * 128 + 16 * n);
   // Recomputation keeps one block input per block.
   EXPECT_EQ(a.block_io, 4 * n * d);
   EXPECT_LT(a.saved(true), a.saved(false));
@@ -789,4 +792,238 @@ TEST(DeckSetup, DilocoKeysReachThePlanner) {
   EXPECT_DOUBLE_EQ(ps.engine.replica_sync.outer_lr, 0.5);
   EXPECT_DOUBLE_EQ(ps.engine.replica_sync.outer_momentum, 0.8);
   EXPECT_FALSE(ps.engine.replica_sync.nesterov);
+}
+
+// ---- frozen parameters and LoRA (issue 37) ------------------------------------------------------
+
+namespace {
+// An fp32 Llama (d = 64, f = 192, 4 heads, T = 32): LoRA of rank r on every linear of the blocks.
+PlanSettings llama(int ranks, int64_t lora_rank, std::vector<std::string> targets = {"all-linear"}) {
+  PlanSettings ps;
+  model::ModelSpec s;
+  s.arch = "llama";
+  s.vocab_size = 128;
+  s.seq_len = 32;
+  s.d_model = 64;
+  s.n_layers = 3;
+  s.n_heads = 4;
+  s.tie_embeddings = false;
+  s.finetune.lora.rank = lora_rank;
+  s.finetune.lora.targets = std::move(targets);
+  ps.spec = model::resolve_spec(s);
+  ps.engine.wrap_types = {"LlamaDecoderLayer"};
+  ps.engine.mp.keep_fp32 = {"norm"};
+  ps.micro_batch = 2;
+  ps.ranks = ranks;
+  ps.ranks_per_host = ranks;
+  return ps;
+}
+
+int64_t trainable_params(const model::ModelSpec& s) {
+  return model::trainable_parameter_count(*model::build_model(s, at::kMeta));
+}
+}  // namespace
+
+// A frozen flat keeps its shard in the compute dtype and nothing else: the trainable state is
+// 16 bytes per trainable element, the frozen shards 2 per frozen element in bf16.
+TEST(FrozenPlan, StateIsTheTrainableFlatsOnly) {
+  PlanSettings ps = llama(2, 8);
+  ps.engine.mp.param_dtype = at::kBFloat16;
+  const StrategyPlan p = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+  int64_t trains = 0, frozen_bytes = 0;
+  for (const auto& u : p.units)
+    for (const auto& f : u.flats) {
+      if (f.frozen) frozen_bytes += f.shard_numel * f.elem_bytes();
+      else trains += f.shard_numel;
+    }
+  ASSERT_GT(trains, 0);
+  EXPECT_GE(2 * trains, trainable_params(ps.spec));  // every trainable parameter, padded
+  EXPECT_EQ(p.mem.params, 4 * trains);
+  EXPECT_EQ(p.mem.grads, 4 * trains);
+  EXPECT_EQ(p.mem.optim, 8 * trains);
+  EXPECT_EQ(p.mem.frozen, frozen_bytes);
+  EXPECT_EQ(p.mem.state(), 16 * trains + frozen_bytes);
+  // The same model fully trained: 16 bytes per element of everything.
+  PlanSettings full = ps;
+  full.spec.finetune = {};
+  const StrategyPlan f = plan::plan_strategy(full, fsdp::Strategy::FullShard);
+  EXPECT_EQ(f.mem.frozen, 0);
+  EXPECT_GT(f.mem.params, p.mem.params);
+}
+
+// Gradient buffers and reduce-scatters are the trainable flats' only; frozen flats are gathered.
+TEST(FrozenPlan, GradientBuffersAndReductionsOfTrainableFlatsOnly) {
+  PlanSettings ps = llama(4, 8);
+  const StrategyPlan p = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+  PlanSettings full = ps;
+  full.spec.finetune = {};
+  const StrategyPlan f = plan::plan_strategy(full, fsdp::Strategy::FullShard);
+  int64_t lora_block = 0, rs = 0, ag = 0;
+  for (const auto& u : p.units)
+    for (const auto& fl : u.flats) {
+      if (!u.is_root() && !fl.frozen) lora_block = std::max(lora_block, fl.full_bytes());
+      const double gathers = u.is_root() ? 1 : 2;
+      ag += static_cast<int64_t>(gathers * 3 * fl.padded * fl.elem_bytes() / 4);
+      if (!fl.frozen) rs += 3 * fl.padded * 4 / 4;
+    }
+  // The root has nothing that trains: at the last block's backward one block's LoRA buffer.
+  ASSERT_EQ(p.mem_no_recompute.peak_at, "last block backward");
+  EXPECT_EQ(p.mem_no_recompute.grad_buffers, lora_block);
+  EXPECT_LT(p.mem_no_recompute.grad_buffers, f.mem_no_recompute.grad_buffers);
+  EXPECT_NEAR(p.comm.reduce_scatter, rs, 64);
+  EXPECT_NEAR(p.comm.all_gather, ag, 64);
+  EXPECT_LT(p.comm.reduce_scatter, f.comm.reduce_scatter);
+  EXPECT_GT(p.comm.all_gather, f.comm.all_gather);  // the base is still gathered, and the adapters
+}
+
+// What LoRA changes in a block (fp32, counted with the allocator: docs/memory-planner.md): the
+// norms' weights are frozen, so neither saves its normalised tensor (4nd each); each of the
+// seven targets saves A x [n, r]; the first block's input (a frozen embedding's output) needs no
+// gradient, so its first norm saves nothing (x^2 4nd, rsqrt 4n).
+TEST(FrozenPlan, LoraBlockSavesItsLowRankInputs) {
+  const int64_t n = 64, d = 64, r = 8;
+  fsdp::MixedPrecision mp;
+  const plan::ActivationBytes full = plan::activation_bytes(llama(1, 0).spec, mp, 2);
+  const plan::ActivationBytes lora = plan::activation_bytes(llama(1, r).spec, mp, 2);
+  ASSERT_EQ(lora.blocks.size(), 3u);
+  EXPECT_EQ(lora.blocks[1].saved, full.blocks[1].saved - 2 * 4 * n * d + 7 * 4 * n * r);
+  EXPECT_EQ(lora.blocks[2].saved, lora.blocks[1].saved);
+  EXPECT_EQ(lora.blocks[0].saved, lora.blocks[1].saved - (4 * n * d + 4 * n));
+  EXPECT_TRUE(lora.blocks[0].backward);
+  // The head and the embedding are frozen: no weight gradient, no embedding gradient.
+  EXPECT_EQ(lora.embed_bwd, 0);
+  EXPECT_EQ(full.head_bwd_mm - lora.head_bwd_mm, 4 * 128 * d);
+}
+
+// A frozen down_proj saves no input for its weight gradient, so the SwiGLU product is not saved,
+// and its [d, f] weight gradient does not exist: the MLP's backward peaks in the product's
+// backward (its gradient and the two it makes: 3 x 4nf).
+TEST(FrozenPlan, FrozenLinearHasNoWeightGradient) {
+  const int64_t n = 64, f = 192;
+  fsdp::MixedPrecision mp;
+  PlanSettings ps = llama(1, 0);
+  const plan::ActivationBytes full = plan::activation_bytes(ps.spec, mp, 2);
+  ps.spec.finetune.freeze = {"mlp.down_proj"};
+  const plan::ActivationBytes frz = plan::activation_bytes(ps.spec, mp, 2);
+  EXPECT_EQ(full.blocks[1].saved - frz.blocks[1].saved, 4 * n * f);
+  EXPECT_EQ(frz.blocks[1].bwd_work, 3 * 4 * n * f);
+  EXPECT_EQ(full.blocks[1].bwd_work, 2 * 4 * n * f);
+}
+
+// Freezing the embedding and the lower blocks: backward stops above them, they save nothing.
+TEST(FrozenPlan, BackwardStopsAboveTheFrozenLayers) {
+  fsdp::MixedPrecision mp;
+  PlanSettings ps = llama(1, 0);
+  ps.spec.finetune.freeze = {"model.embed_tokens.*", "model.layers.0.*"};
+  const plan::ActivationBytes a = plan::activation_bytes(ps.spec, mp, 2);
+  EXPECT_FALSE(a.blocks[0].backward);
+  EXPECT_EQ(a.blocks[0].saved, 0);
+  EXPECT_TRUE(a.blocks[1].backward);
+  EXPECT_FALSE(a.embedding_trains);
+  const StrategyPlan p = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+  EXPECT_GT(p.mem.frozen, 0);
+}
+
+// MFU: forward 2N and the input gradient 2N for every weight, the weight gradient 2N only for the
+// trainable ones (LoRA's adapters: 6 N_lora); attention unchanged.
+TEST(FrozenPlan, FlopsCountWeightGradientsOfTrainableWeightsOnly) {
+  PlanSettings full = llama(1, 0), lora = llama(1, 8);
+  const auto net_full = model::build_model(full.spec, at::kMeta), net_lora = model::build_model(lora.spec, at::kMeta);
+  const int64_t base = model::parameter_count(full.spec) - 128 * 64;  // the untied embedding is a lookup
+  const int64_t adapters = model::trainable_parameter_count(*net_lora);
+  ASSERT_EQ(adapters, 3 * 8 * ((64 + 64) * 4 + (64 + 192) * 3));  // q, k, v, o; gate, up, down
+  const double attn = net_full->train_flops_per_token(32) - 6.0 * static_cast<double>(base);
+  EXPECT_DOUBLE_EQ(net_lora->train_flops_per_token(32), 4.0 * base + 6.0 * adapters + attn);
+  EXPECT_DOUBLE_EQ(plan::step_flops(lora, false), net_lora->train_flops_per_item() * lora.micro_batch * 32);
+}
+
+// With cpu_offload the state, frozen shards included, is host memory: per rank the state and the
+// staging of the gradient copies; per host ranks_per_host times that.
+TEST(FrozenPlan, CpuOffloadStatesItsHostMemory) {
+  PlanSettings ps = llama(2, 8);
+  ps.engine.mp.param_dtype = at::kBFloat16;
+  ps.engine.cpu_offload = true;
+  const StrategyPlan p = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+  int64_t max_shard = 0;
+  for (const auto& u : p.units)
+    for (const auto& f : u.flats)
+      if (!f.frozen) max_shard = std::max(max_shard, f.shard_numel);
+  EXPECT_EQ(p.mem.host, p.mem.state() + static_cast<int64_t>(fsdp::kMaxPendingCopies) * 4 * max_shard);
+  EXPECT_GT(p.mem.frozen, 0);
+  const std::string text = plan::format_plan(ps, {p}, int64_t{1} << 30);
+  EXPECT_NE(text.find("host memory / rank"), std::string::npos);
+  EXPECT_NE(text.find("host memory / host"), std::string::npos);
+  EXPECT_NE(text.find("frozen shards (bf16)"), std::string::npos);
+  PlanSettings resident = ps;
+  resident.engine.cpu_offload = false;
+  EXPECT_EQ(plan::plan_strategy(resident, fsdp::Strategy::FullShard).mem.host, 0);
+}
+
+// On CUDA with the fused kernels no T x T score matrix is saved: a block's activations grow
+// linearly with the sequence, where the explicit form's grow with its square.
+TEST(FrozenPlan, FusedAttentionKeepsNoScores) {
+  fsdp::MixedPrecision mp;
+  mp.param_dtype = at::kBFloat16;
+  mp.keep_fp32 = {"norm"};
+  plan::Target cuda;
+  cuda.cuda = cuda.fused_attention = true;
+  PlanSettings ps = llama(1, 0);
+  auto at_len = [&](int64_t T, const plan::Target& t) {
+    PlanSettings q = ps;
+    q.spec.seq_len = T;
+    return plan::activation_bytes(q.spec, mp, 2, 1, t).blocks[1];
+  };
+  // Affine in T (the constant: the norms' bf16 copies of their fp32 weights): f(4T) - f(2T) =
+  // 2 (f(2T) - f(T)); the explicit form grows faster.
+  const plan::BlockBytes f0 = at_len(128, cuda), f1 = at_len(256, cuda), f2 = at_len(512, cuda);
+  EXPECT_EQ(f2.saved - f1.saved, 2 * (f1.saved - f0.saved));
+  EXPECT_EQ(f2.bwd_work - f1.bwd_work, 2 * (f1.bwd_work - f0.bwd_work));
+  const plan::BlockBytes e0 = at_len(128, {}), e1 = at_len(256, {}), e2 = at_len(512, {});
+  EXPECT_GT(e2.saved - e1.saved, 2 * (e1.saved - e0.saved));
+  // The explicit form's extra is the fp32 softmax output, its bf16 copy and the causal mask;
+  // the fused kernels keep the fp32 logsumexp per head and row instead.
+  const int64_t B = 2, H = 4, T = 256;
+  EXPECT_EQ(e1.saved - f1.saved, (4 + 2) * B * H * T * T + T * T - 4 * B * H * T);
+}
+
+// Nothing fits: the recommendation plans what would (cpu_offload with its host memory, LoRA of a
+// given rank, more ranks), not a fixed list.
+TEST(FrozenPlan, WhatWouldFitIsPlanned) {
+  PlanSettings ps = llama(2, 0);
+  ps.engine.mp.param_dtype = at::kBFloat16;
+  ps.engine.mp.reduce_dtype = at::kBFloat16;
+  // Below every strategy's peak for the full fine-tune, above the LoRA plan's.
+  std::vector<StrategyPlan> plans = plan::plan_all(ps);
+  int64_t least = plans.front().mem_recompute.total;
+  for (const auto& p : plans) least = std::min(least, p.mem_recompute.total);
+  const int64_t device = least - 1;
+  PlanSettings with_lora = ps;
+  with_lora.spec.finetune.lora.rank = plan::kLoraRank;
+  with_lora.spec.finetune.lora.targets = {"all-linear"};
+  ASSERT_LT(plan::plan_strategy(with_lora, fsdp::Strategy::FullShard).mem_recompute.total, device);
+  bool rc = false;
+  ASSERT_LT(plan::recommend(plans, device, &rc), 0);
+  const std::vector<plan::Alternative> alts = plan::alternatives(ps, device);
+  auto find = [&](const std::string& prefix) -> const plan::Alternative* {
+    for (const auto& a : alts)
+      if (a.change.rfind(prefix, 0) == 0) return &a;
+    return nullptr;
+  };
+  const plan::Alternative* off = find("fsdp.cpu_offload = true");
+  ASSERT_NE(off, nullptr);
+  EXPECT_TRUE(off->fits);
+  EXPECT_GT(off->mem().host, 0);
+  const plan::Alternative* lo = find("lora.rank = 16");
+  ASSERT_NE(lo, nullptr);
+  EXPECT_TRUE(lo->fits);
+  EXPECT_TRUE(lo->plan.mem.frozen > 0);
+  const plan::Alternative* more = find("--ranks ");
+  ASSERT_NE(more, nullptr);
+  EXPECT_GT(more->ranks, ps.ranks);
+  EXPECT_EQ(more->fits, more->mem().total <= device);
+  const std::string text = plan::format_plan(ps, plans, device);
+  EXPECT_NE(text.find("fsdp.cpu_offload = true: "), std::string::npos);
+  EXPECT_NE(text.find("host memory"), std::string::npos);
+  EXPECT_NE(text.find("lora.rank = 16"), std::string::npos);
+  EXPECT_EQ(find("fsdp.param_dtype"), nullptr);  // the deck is bf16 already
 }

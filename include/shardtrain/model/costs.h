@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+namespace torch::nn {
+class Module;
+}
+
 namespace shardtrain::model {
 
 // How one micro-batch runs, as far as its memory is concerned.
@@ -25,6 +29,20 @@ struct CostQuery {
   at::ScalarType compute_dtype = at::kFloat;  // dtype of the unsharded parameters and the computation
   std::vector<std::string> keep_fp32;         // parameter-name patterns kept fp32 under mixed precision
   int threads = 1;                            // intra-op threads (the bf16/fp16 GEMM workspace is per thread)
+  bool cuda = false;                          // on a GPU: no CPU GEMM workspace
+  // attention() runs the fused kernels (flash / memory-efficient: no T x T scores), as it does on
+  // CUDA with libtorch >= 2 (attention_is_fused); else the explicit form.
+  bool fused_attention = false;
+};
+
+// One block's share of a micro-batch: blocks differ where some train and others do not
+// (train.freeze, LoRA's targets), and the first block's input needs no gradient when nothing
+// below it trains (a frozen embedding). Bytes; bwd_work relative to the start of its backward.
+struct BlockBytes {
+  int64_t saved = 0;      // saved by the block, its output included when the next block keeps it
+  int64_t out_saved = 0;  // the part of saved that is the block's output
+  int64_t bwd_work = 0;   // the peak of its backward beyond what is saved when it starts (may be < 0)
+  bool backward = true;   // backward runs through it (something in it or below it trains)
 };
 
 // What autograd keeps and what a step allocates on top, for one micro-batch on one rank
@@ -33,22 +51,21 @@ struct ActivationBytes {
   int64_t inputs = 0;          // the batch tensors
   int64_t embed_saved = 0;     // saved by the root before the first block
   int64_t embed_saved_rc = 0;  // the same under recomputation (besides the first block's input)
-  int64_t block_saved = 0;     // saved per block, its output included when the next block keeps it
-  int64_t block_out_saved = 0; // the part of block_saved that is the block's output
-  int64_t block_io = 0;        // one block's input (all recomputation keeps per block)
+  std::vector<BlockBytes> blocks;  // one per block, first to last
+  int64_t block_io = 0;        // one block's input (all recomputation keeps per block backward runs through)
   int64_t last_out_kept = 0;   // the last block's output, when the final norm keeps it (recomputation)
-  int64_t norm_saved = 0;      // one norm's saved tensors
   int64_t grad_in = 0;         // the gradient entering a block
-  int64_t block_bwd_mlp = 0;   // relative: the peak of the block's MLP backward
-  int64_t block_bwd_attn = 0;  // relative: the peak of its attention backward (may be < 0)
-  int64_t head_saved = 0;      // saved by the final norm
+  int64_t head_saved = 0;      // saved by the final norm (and its output, when the head saves it)
   int64_t head_fwd_work = 0;   // logits and log-softmax at the peak of the loss
   int64_t head_bwd_work = 0;   // loss backward at its peak (before the root's gradient buffer)
   int64_t head_bwd_mm = 0;     // head projection backward: logits grad, input and weight grads
+  int64_t final_norm_bwd = 0;  // the final norm's backward: its saved set, its output's gradient and its own work
   int64_t held_grad = 0;       // held through the whole backward (a tied embedding's head gradient)
   int64_t embed_bwd = 0;       // embedding gradients at the end of backward
-  int64_t gemm_ws = 0;         // bf16/fp16 weight-gradient GEMM workspace (libtorch's blocked kernel), all threads
-  int64_t blocks = 0;          // number of blocks
+  // The root's parameters used before the first block (embeddings) train: their gradients come at
+  // the end of backward. If not, the root's trainable parameters (final norm, head) have all
+  // their gradients before the blocks' backward starts.
+  bool embedding_trains = true;
   // Saved activations of the whole forward, the batch included.
   int64_t saved(bool recompute) const;
 };
@@ -62,6 +79,8 @@ struct ActivationShape {
   bool mixed = false;     // the compute dtype is not fp32
   bool norm32 = false;    // mixed precision with the blocks' norm weights kept in fp32
   bool causal = true;     // a causal mask (bool [T, T]) is saved
+  bool fused = false;     // attention by the fused kernels (CostQuery::fused_attention)
+  bool cuda = false;      // on a GPU (no CPU GEMM workspace)
   int threads = 1;
   int64_t n() const { return B * T; }
   int64_t nd() const { return n() * d; }
@@ -74,34 +93,95 @@ ActivationShape activation_shape(const CostQuery& q, int64_t d, int64_t f, int64
                                  const std::string& block_norm_param);
 
 // libtorch 1.13's bf16/fp16 GEMM on CPU packs its operands in a per-thread buffer (tensor
-// memory); for a weight gradient with M rows reduced over the n tokens, all threads. fp32: 0.
+// memory); for a weight gradient with M rows reduced over the n tokens, all threads. fp32, or
+// on a GPU: 0.
 int64_t gemm_workspace_bytes(const ActivationShape& x, int64_t M);
 
-// The pre-norm LayerNorm + attention + GELU-MLP block (GPT2Block, ViTBlock): fills block_saved,
-// block_out_saved, block_io, grad_in, norm_saved, head_saved (the final LayerNorm), gemm_ws,
-// block_bwd_mlp, block_bwd_attn and last_out_kept. `mlp_out_rows`: M of the MLP's second
-// projection's weight gradient (Conv1D [f, d]: f; Linear [d, f]: d). Returns whether a norm keeps
-// its input tensor itself (then the embedding output stays alive too).
-bool layer_norm_block_costs(const ActivationShape& x, int64_t mlp_out_rows, ActivationBytes& a);
-// LayerNorm's saved tensors (a block's, or the final norm's), and whether it keeps its input.
-int64_t layer_norm_saved(const ActivationShape& x);
-bool layer_norm_keeps_input(const ActivationShape& x);
-// RMSNorm's saved tensors (LlamaDecoderLayer, Llama's final norm), and whether it keeps its input.
-int64_t rms_norm_saved(const ActivationShape& x);
-bool rms_norm_keeps_input(const ActivationShape& x);
-// attention(): q', k', v' (bmm copies of the [B, H, T, hd] views), the merged heads, the fp32
-// softmax output (and its b-byte copy under mixed precision), the causal mask.
-int64_t attention_saved(const ActivationShape& x);
-// The b-byte copy of the probabilities bmm saves under mixed precision (0 in fp32).
-int64_t attention_probs_copy(const ActivationShape& x);
-// Softmax backward: fp32 gradient in and out.
-int64_t softmax_backward_bytes(const ActivationShape& x);
+// ---- what trains, and what a layer then saves ----------------------------------------------------
+// libtorch 1.13 saves an op's input only when another of its inputs needs a gradient, so a frozen
+// weight's layer keeps no input for it; a tensor that needs no gradient (nothing below it trains)
+// is saved by nobody. Read from the built model (requires_grad, LoRA's adapters: model/lora.h).
+
+// One linear layer: its weight trains (it saves its input for the weight's gradient), its bias
+// trains, LoRA's rank on it (0: none) and whether LoRA's dropout is on (lora.dropout > 0).
+struct LinearTraining {
+  bool weight = true, bias = true;
+  int64_t lora_rank = 0;
+  bool lora_dropout = false;
+  bool trains() const { return weight || bias || lora_rank > 0; }
+};
+// What parameter `name` of `module` (a dotted path below it) does: requires_grad; false if absent.
+bool param_trains(const torch::nn::Module& module, const std::string& name);
+// The linear layer at `path` below `module` (weight, bias, LoRA's lora_A.weight).
+LinearTraining linear_training(const torch::nn::Module& module, const std::string& path, double lora_dropout);
+
+// A linear layer x [n, in] -> [n, out] whose input does (in_rg) or does not need a gradient.
+struct LinearCost {
+  bool saves_input = false;  // it saves x (for its weight's gradient, or LoRA's lora_A)
+  int64_t saved = 0;         // LoRA's own: A x [n, r] (saved by lora_B), dropout's noise and copy
+  int64_t lora_low = 0;      // the A x part (released with lora_B's backward)
+  bool out_rg = false;       // its output needs a gradient
+};
+LinearCost linear_cost(const ActivationShape& x, int64_t in, const LinearTraining& t, bool in_rg);
+
+// A norm (RMSNorm, LayerNorm) whose input does (in_rg) or does not need a gradient and whose
+// weight does or does not train: what it saves itself (not its input tensor, not its output:
+// the next layers save that), whether it saves its input tensor itself (fp32 RMSNorm's x^2, a
+// LayerNorm without an fp32 copy), and whether its output needs a gradient.
+struct NormCost {
+  int64_t saved = 0;
+  bool keeps_input = false;
+  bool out_rg = false;
+};
+NormCost rms_norm_cost(const ActivationShape& x, bool in_rg, bool weight_trains);
+NormCost layer_norm_cost(const ActivationShape& x, bool in_rg, bool trains);
+// The peak of a norm's backward (its input needing a gradient) beyond its saved set, its output
+// and the incoming gradient: RMSNorm's fp32 temporaries, LayerNorm's input gradient (measured).
+int64_t rms_norm_backward_bytes(const ActivationShape& x, bool weight_trains);
+int64_t layer_norm_backward_bytes(const ActivationShape& x, bool trains);
+
+// attention(q, k, v) for q, k, v that do or do not need gradients; the explicit form saves q', k',
+// v' (bmm copies of the [B, H, T, hd] views), the fp32 softmax output (and its b-byte copy under
+// mixed precision) and the causal mask; the fused kernels save q, k, v, the output and the
+// logsumexp [B, H, T] (fp32). `bwd`: the peak of its own backward (explicit: softmax's fp32
+// gradient in and out; fused: dq, dk, dv, the fp32 dq accumulator and the row sums); `held`:
+// v's gradient waiting for q's and k's; `released`: what the later part of its backward has
+// freed when that peak comes (the b-byte probabilities, v').
+struct AttentionCost {
+  int64_t saved = 0;
+  int64_t released = 0;
+  int64_t held = 0;
+  int64_t bwd = 0;
+  bool out_rg = false;
+  bool output_saved = false;  // fused: its output is saved (then the merged heads are that tensor)
+};
+AttentionCost attention_cost(const ActivationShape& x, bool q_rg, bool k_rg, bool v_rg);
+
 // maybe_dropout in training mode (p > 0) on both residual branches and the attention
-// probabilities of every block and on the embeddings: adds to block_saved, embed_saved(_rc) and
-// takes from block_bwd_attn (all of it is released before the block's softmax backward).
-void dropout_costs(const ActivationShape& x, ActivationBytes& a);
+// probabilities of a block: what it adds to the block's saved set (all of it released before the
+// block's attention backward); the root adds the embedding dropout's noise.
+int64_t dropout_saved(const ActivationShape& x, bool attn_branch_rg, bool mlp_branch_rg, bool scores_rg, bool v_rg);
+
+// The pre-norm LayerNorm + attention + GELU-MLP block (GPT2Block, ViTBlock) with what trains in
+// it: its norms (ln1, ln2: weight or bias) and its four linears (attention in and out, MLP in and
+// out). `mlp_out_rows`: M of the MLP's second projection's weight gradient (Conv1D [f, d]: f;
+// Linear [d, f]: d).
+struct LayerNormBlockTraining {
+  bool ln1 = true, ln2 = true;
+  LinearTraining attn_in, attn_out, mlp_in, mlp_out;
+};
+// `in_rg`: the block's input needs a gradient; `next_norm_trains`: the norm after it (the next
+// block's ln1, or the final norm) trains (a LayerNorm then keeps its input, this block's output).
+BlockBytes layer_norm_block_costs(const ActivationShape& x, int64_t mlp_out_rows, const LayerNormBlockTraining& t,
+                                  bool in_rg, bool next_norm_trains, bool dropout);
+// Whether the block's output needs a gradient (in_rg or something in it trains).
+bool layer_norm_block_out_rg(const LayerNormBlockTraining& t, bool in_rg);
+
 // A language model's batch (token ids and targets), loss and LM head [V, d]: inputs,
 // head_fwd_work, head_bwd_work, head_bwd_mm, held_grad and embed_bwd (the token embedding's).
-void lm_head_costs(const ActivationShape& x, int64_t V, bool tied, ActivationBytes& a);
+// `head_trains`: the head's weight trains (a tied one: the embedding's); `embedding_trains`: the
+// token embedding's; `in_rg`: the head's input needs a gradient.
+void lm_head_costs(const ActivationShape& x, int64_t V, bool tied, bool head_trains, bool embedding_trains, bool in_rg,
+                   ActivationBytes& a);
 
 }  // namespace shardtrain::model

@@ -120,6 +120,11 @@ class Embedding : public ParamModule {
   const at::Tensor& weight() const { return param("weight"); }
 };
 
+// Whether attention() runs the fused kernels (flash / memory-efficient, at::scaled_dot_product_attention)
+// on a CUDA (cuda = true) or CPU tensor with this build's libtorch: on CUDA with libtorch >= 2.
+// The memory planner's costs follow the same rule (CostQuery::fused_attention).
+bool attention_is_fused(bool cuda);
+
 // Scaled dot-product attention, q [B, H, T, hd], k/v [B, H, S, hd] -> [B, H, T, hd];
 // scores scaled by 1/sqrt(hd), softmax in fp32, dropout on the probabilities.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,

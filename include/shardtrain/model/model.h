@@ -131,7 +131,8 @@ class Model : public torch::nn::Module, public fsdp::Hookable {
   virtual std::vector<std::string> norm_param_patterns() const { return {"norm", "ln_"}; }
   // Parameter-name patterns that take no weight decay (biases, norms, embeddings per arch).
   virtual std::vector<std::string> no_decay_patterns() const { return {".bias", "norm", "ln_"}; }
-  // Model FLOPs for one training step per token (6N + attention), for MFU.
+  // Model FLOPs for one training step per token, for MFU: weight_flops_per_token (6N without a
+  // fine-tune) + attention.
   virtual double train_flops_per_token(int64_t seq_len) const = 0;
   // Per item of a batch: a sequence's token (language models: train_flops_per_token(seq_len)),
   // or a whole image (ViT: every patch and the class token pass through every block).
@@ -141,6 +142,11 @@ class Model : public torch::nn::Module, public fsdp::Hookable {
   virtual ActivationBytes activation_bytes(const CostQuery& q) const = 0;
 
  protected:
+  // The weights' FLOPs per token of a training step, over every parameter but the `lookups`
+  // (embeddings read by index, not multiplied): 2 per element forward and 2 for the input's
+  // gradient, and 2 more for the weight's own gradient when it trains (requires_grad): 6N without
+  // a fine-tune, 4 per frozen element, 6 per LoRA adapter element (model/lora.h).
+  double weight_flops_per_token(const std::vector<std::string>& lookups) const;
   ModelSpec spec_;
 };
 

@@ -19,26 +19,31 @@ namespace shardtrain::plan {
 // What one micro-batch saves and works in, as the model reports it (model::Model::activation_bytes
 // for the spec's architecture, on a meta model; mp: compute dtype and fp32-kept norms).
 using ActivationBytes = model::ActivationBytes;
+using BlockBytes = model::BlockBytes;
 ActivationBytes activation_bytes(const model::ModelSpec& spec, const fsdp::MixedPrecision& mp, int64_t micro_batch,
-                                 int threads = 1);
+                                 int threads = 1, const Target& target = {});
 
-// The model's cost query for one micro-batch under mixed precision mp.
-model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads);
+// The model's cost query for one micro-batch under mixed precision mp on `target`.
+model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads, const Target& target = {});
 
 // Per rank, bytes.
 struct MemoryBreakdown {
-  int64_t params = 0;          // fp32 master shards
-  int64_t grads = 0;           // fp32 gradient shards
-  int64_t optim = 0;           // optimizer states (fp32)
-  int64_t outer = 0;           // DiLoCo: the fp32 outer copy and outer momentum of the shards (runs_diloco)
-  int64_t unsharded = 0;       // unsharded parameter buffers at the peak (compute dtype)
+  int64_t params = 0;          // fp32 master shards of the trainable flats
+  int64_t frozen = 0;          // frozen shards in their dtype (fsdp::FlatPlan::frozen: no master, grad, state)
+  int64_t grads = 0;           // fp32 gradient shards (trainable flats)
+  int64_t optim = 0;           // optimizer states (fp32, trainable flats)
+  int64_t outer = 0;           // DiLoCo: the fp32 outer copy and outer momentum of the trainable shards (runs_diloco)
+  int64_t unsharded = 0;       // unsharded parameter buffers at the peak (compute dtype; frozen flats too)
   int64_t grad_buffers = 0;    // unsharded gradient buffers (incl. pending reductions) at the peak
   int64_t activations = 0;     // saved activations + working memory at the peak
   int64_t total = 0;           // the peak: the largest of the instants below
   std::string peak_at;         // which instant ("init", "loss", "head backward", "last block backward", "clip")
-  bool state_on_host = false;  // fsdp.cpu_offload: params, grads, optim and outer are host memory, not in total
+  bool state_on_host = false;  // fsdp.cpu_offload: the state() is host memory, not in total
+  // fsdp.cpu_offload: host memory per rank: the state() plus the staging of the gradient copies
+  // to the host (fsdp::kMaxPendingCopies of the largest trainable shard, fp32); 0 without offload.
+  int64_t host = 0;
   int64_t saved_activations = 0;  // saved by the whole forward (without working memory)
-  int64_t state() const { return params + grads + optim + outer; }
+  int64_t state() const { return params + frozen + grads + optim + outer; }
 };
 
 // The peak of one step of strategy st over `units` (shard group size S), with activations `a`,

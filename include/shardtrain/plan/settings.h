@@ -12,6 +12,15 @@
 
 namespace shardtrain::plan {
 
+// The device a plan is for (`plan --target`), as far as the model's costs depend on it
+// (model::CostQuery): a CPU (the explicit attention, libtorch's bf16 GEMM workspace), or CUDA
+// (no CPU GEMM workspace; the fused attention kernels where the build has them:
+// model::attention_is_fused).
+struct Target {
+  bool cuda = false;
+  bool fused_attention = false;
+};
+
 // Everything the plan depends on besides the strategy.
 struct PlanSettings {
   model::ModelSpec spec;            // resolved (model::resolve_spec)
@@ -32,6 +41,7 @@ struct PlanSettings {
   // fairly or fully. Past the list: inter_host_weight x e (the link's bandwidth split evenly).
   std::vector<double> shared_link_weights;
   int threads = 1;                  // intra-op threads per rank (bf16/fp16 GEMM workspace is per thread)
+  Target target;                    // the device planned for (plan --target; default a CPU)
   StepTimeSettings step;            // compute rate, bandwidth, latency, cores: the step-time estimate's inputs
 };
 

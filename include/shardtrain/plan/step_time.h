@@ -104,13 +104,18 @@ struct StepTimeInputs {
   bool recompute = false;      // activation checkpointing: each block's forward runs again in its backward
 };
 
-// The blocks' share of the model's parameters (the units that are neither root nor ignored):
-// recomputation runs their forward again, 1/3 of their 6N FLOPs, so a recomputing step has
-// recompute_flops_factor(units) times the FLOPs of one without (step_flops, estimate_step).
-double blocks_param_share(const std::vector<fsdp::UnitPlan>& units);
-inline double recompute_flops_factor(const std::vector<fsdp::UnitPlan>& units) {
-  return 1.0 + blocks_param_share(units) / 3.0;
-}
+// Each unit's share of a step's weight FLOPs, forward and backward, by its parameters as the model
+// counts them (model::Model's weight_flops_per_token): forward 2 per parameter, backward 2 for the
+// input's gradient and 2 more for a trainable parameter's own (6N without a fine-tune: forward
+// 1/3, backward 2/3; a frozen parameter 2 and 2).
+struct UnitFlops {
+  double fwd = 0, bwd = 0;
+};
+std::vector<UnitFlops> unit_flops_shares(const std::vector<fsdp::UnitPlan>& units);
+// Recomputation runs the blocks' forward again (the units that are neither root nor ignored), so
+// a recomputing step has recompute_flops_factor(units) times the FLOPs of one without
+// (step_flops, estimate_step): 1 + the blocks' forward share.
+double recompute_flops_factor(const std::vector<fsdp::UnitPlan>& units);
 
 // The core costs of c's ring kind (link_cores or intra_cores).
 const CoreCosts& core_costs(const StepTimeSettings& s, const PlannedCollective& c);

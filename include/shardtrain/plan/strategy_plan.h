@@ -3,6 +3,7 @@
 // strategy at once, and the recommendation (docs/memory-planner.md).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shardtrain/fsdp/options.h"
@@ -57,5 +58,21 @@ const std::vector<fsdp::Strategy>& all_strategies();
 // those that fit with it; ties to the smaller peak); -1 if none fits. *recompute tells whether
 // that plan needs activation checkpointing.
 int recommend(const std::vector<StrategyPlan>& plans, int64_t device_bytes, bool* recompute);
+
+// When nothing fits: the deck changed one way at a time, each planned (every strategy) and its
+// recommendation taken: fsdp.cpu_offload (with its host memory), LoRA of rank kLoraRank on
+// every linear layer of the blocks (without a LoRA in the deck), more ranks (whole hosts, up to
+// 64x), a micro-batch of 1 (the global batch kept by grad_accum), bf16 (from fp32); and LoRA
+// with cpu_offload when neither fits alone.
+inline constexpr int64_t kLoraRank = 16;
+struct Alternative {
+  std::string change;          // as the deck key or flag would say it
+  bool fits = false;
+  StrategyPlan plan;           // its recommendation; if nothing fits, the smallest peak
+  bool recompute = false;      // that plan needs fsdp.activation_checkpointing
+  int ranks = 0, ranks_per_host = 0;
+  const MemoryBreakdown& mem() const { return recompute ? plan.mem_recompute : plan.mem_no_recompute; }
+};
+std::vector<Alternative> alternatives(const PlanSettings& s, int64_t device_bytes);
 
 }  // namespace shardtrain::plan

@@ -14,6 +14,9 @@ namespace shardtrain::plan {
 std::string describe_step_assumptions(const PlanSettings& s);
 // The report `shardtrain plan` prints.
 std::string format_plan(const PlanSettings& s, const std::vector<StrategyPlan>& plans, int64_t device_bytes);
+// One line per alternative (strategy_plan.h's alternatives): what changes, the strategy and peak
+// that fit, and with cpu_offload the host memory per rank and per host.
+std::string describe_alternatives(const PlanSettings& s, const std::vector<Alternative>& alts, int64_t device_bytes);
 // ASCII diagram: which rank holds which slice of which unit (blocks with one layout folded).
 std::string sharding_diagram(const PlanSettings& s, const StrategyPlan& p, int width = 48);
 

@@ -16,7 +16,7 @@ struct ProbeOptions {
   fsdp::Strategy strategy = fsdp::Strategy::FullShard;
   int64_t micro_batch = 1;
   int64_t grad_accum = 1;
-  int steps = 2;                    // optimizer steps; step_s is the last one's
+  int steps = 2;                    // optimizer steps; step_s is the median of those after the first
   int ranks_per_host = 0;           // simulated hosts (0: parallel.simulate_ranks_per_host)
   int64_t memory_limit = 0;         // per rank, tensor bytes + optimizer state; 0 = none
 };
@@ -25,7 +25,7 @@ struct ProbeResult {
   bool fits = true;                 // no rank went above memory_limit
   int64_t peak_bytes = 0;           // max over ranks: peak tensor bytes + optimizer state
   int64_t optim_bytes = 0;          // the optimizer state part (Kokkos / std::vector memory)
-  double step_s = 0;                // the last step, slowest rank
+  double step_s = 0;                // the median of the steps after the first (the last of 2), each its slowest rank's
   double loss = 0;                  // the last step's mean loss
 };
 
