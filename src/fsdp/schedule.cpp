@@ -227,6 +227,13 @@ void Engine::Impl::prepare_grads(Unit& u) {
 
 void Engine::Impl::pre_backward(Unit& u) {
   if (phase == Phase::Idle) begin_backward();
+  // A root in which nothing trains (LoRA's frozen embedding, norm and head) has no gradient to
+  // wait for: its backward (the head's input gradient) is over once the gradient reaches a
+  // block, so it is resharded now instead of at the end of backward (a 70B model's embedding
+  // and head are 1 GB of bf16 held through every block's backward otherwise).
+  Unit& root = *units.front();
+  if (u.kind != UnitKind::Root && root.kind == UnitKind::Root && root.num_params == 0 && !root.awaits_input)
+    post_backward(root);
   unshard(u);
   prepare_grads(u);
   if (opts.backward_prefetch == BackwardPrefetch::Pre)

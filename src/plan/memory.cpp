@@ -98,9 +98,9 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   const bool prefetch = ps.engine.backward_prefetch == fsdp::BackwardPrefetch::Pre;
   // The root is resharded (and its gradients reduced) once all its trainable parameters have
   // their gradients: at the end of backward when the embeddings train, else (a frozen embedding
-  // with a trainable final norm or head) before the blocks' backward starts. A root with nothing
-  // that trains stays gathered to the end.
-  const bool root_early = !no_shard && Gr > 0 && !a.embedding_trains;
+  // with a trainable final norm or head, or nothing in the root that trains: LoRA) before the
+  // blocks' backward starts (the engine's pre_backward of the first block).
+  const bool root_early = !no_shard && !a.embedding_trains;
   const int64_t Ur_bwd = root_early ? 0 : Ur, Gr_bwd = root_early ? 0 : Gr;
   const int64_t U_end = no_shard ? Ur + nb * Ub : Ur_bwd;
   // fsdp.secondary_shards (hpZ, full_shard): each block keeps 1/node of its unsharded bytes from
