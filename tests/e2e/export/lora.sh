@@ -8,6 +8,7 @@
 #     reference's (1e-6 of each tensor's largest value), and the unstepped adapter does not;
 #  3. 1, 2 and 4 ranks and every strategy give the same loss bits under train.reproducible; a
 #     resume mid-run is exact; the checkpoint holds the adapters and the base's identity only;
+#     ZeRO++ (qwZ, qgZ, hpZ) and DiLoCo (fragments, int8 wire) train adapters-only runs;
 #  4. export --format peft -> lora.init_from -> export is byte-identical; the merged export
 #     (--format hf) at 1 and 2 ranks is the same bytes, equals the reference merge and evaluates
 #     to the adapter's loss within 1e-6; eval and generate on the base + --set lora.init_from;
@@ -143,6 +144,26 @@ tail -3 "$work/l_np1" >"$work/want3"
 losses "$work/r_resume/metrics.jsonl" | tail -3 >"$work/got3"
 cmp -s "$work/want3" "$work/got3" || { paste "$work/want3" "$work/got3"; fail "resume at step 3 is not exact"; }
 echo "resume at step 3 (2 ranks, hybrid_shard): steps 4-6 bit for bit"
+# ZeRO++ (int8 weight gathers and replica averages, hpZ) and DiLoCo (2 replicas of 2, 2
+# fragments, an int8 outer wire) on an adapter run: they carry the trainable flats only (a frozen
+# flat has no gradient, residual, outer copy or momentum), train, and checkpoint the adapters alone.
+other=(--set train.max_steps=6 --set train.global_batch=8 --set train.micro_batch=2 --set parallel.simulate_ranks_per_host=2
+       --set lora.rank=4 --set 'lora.targets=["all-linear"]' --set checkpoint.every_steps=6)
+run_repro zpp 4 hybrid_shard "${other[@]}" --set fsdp.quantize_weights=true --set fsdp.quantize_grads=true \
+  --set fsdp.quant_block=64 --set fsdp.quant_guard_every=2
+run_repro zpp_hpz 4 full_shard "${other[@]}" --set fsdp.secondary_shards=true --set fsdp.quantize_weights=true
+run_repro diloco 4 hybrid_shard "${other[@]}" --set parallel.replica_sync=diloco --set diloco.inner_steps=2 \
+  --set diloco.fragments=2 --set diloco.outer_dtype=int8 --set fsdp.quant_block=64
+for name in zpp zpp_hpz diloco; do
+  [ "$(wc -l <"$work/l_$name")" -eq 6 ] || fail "$name: expected 6 losses"
+  awk '{ if ($2 != $2 + 0 || $2 > 10 || $2 < 0.1) exit 1 }' "$work/l_$name" || { cat "$work/l_$name"; fail "$name: a loss is not finite"; }
+  h5ls "$work/r_$name/checkpoints/step_00000006.h5/model" >"$work/ls_$name.txt"
+  if grep -v 'lora_[AB].weight' "$work/ls_$name.txt" | grep -q .; then
+    cat "$work/ls_$name.txt"; fail "$name: the adapter checkpoint holds base tensors"
+  fi
+done
+grep -q "outer" "$work/r_diloco.log" || fail "diloco: no outer step reported"
+echo "ZeRO++ (qwZ, qgZ, hpZ) and DiLoCo (2 fragments, int8 wire) on adapters: trained, adapters-only checkpoints"
 
 echo "== 4. export: PEFT round trip and the merged model"
 # ckpt import of a LoRA deck: an adapter checkpoint at step 0 on the given base.
