@@ -53,10 +53,6 @@ LeafPlan plan_leaves(const deck::Deck& d, int world, int rank, int group, bool n
   return p;
 }
 
-double mean_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_Comm world) {
-  return sum_over_leaves(mine, p, world) / static_cast<double>(p.leaves);
-}
-
 double sum_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_Comm world) {
   ST_CHECK(static_cast<int64_t>(mine.size()) == p.per_rank, "leaf losses: ", mine.size(), " on this rank, the plan has ",
            p.per_rank);

@@ -16,6 +16,10 @@ StepAgreement::StepAgreement(MPI_Comm world, const SaveSchedule& schedule) : wor
 
 void StepAgreement::read(const std::function<void()>& read) const { runtime::run_agreed(world_, read, "step.data"); }
 
+double StepAgreement::leaf_loss_sum(const std::vector<double>& mine, const LeafPlan& leaves) const {
+  return sum_over_leaves(mine, leaves, world_);
+}
+
 StepAgreed StepAgreement::after_backward(double local_loss, double grad_norm) const {
   // The stop signals a rank can hold (install_stop_signal_handlers): counted per signal, so the
   // highest one over the ranks is known from a sum.

@@ -8,8 +8,10 @@
 #include <mpi.h>
 
 #include <functional>
+#include <vector>
 
 #include "save_schedule.h"
+#include "shardtrain/train/leaf_plan.h"
 
 namespace shardtrain::train {
 
@@ -19,6 +21,9 @@ class StepAgreement {
   StepAgreement(MPI_Comm world, const SaveSchedule& schedule);
   // Collective: runs read() on every rank; a failure on any is the same error on all.
   void read(const std::function<void()>& read) const;
+  // Collective, train.reproducible: the leaves' losses of every rank added in leaf order
+  // ("step.leaf_losses", one all-gather; the same bits at any world size).
+  double leaf_loss_sum(const std::vector<double>& mine, const LeafPlan& leaves) const;
   // Collective: one all-reduce (an element-wise sum of doubles: the loss's bits are those of a
   // sum of the loss alone, and the counts are exact).
   StepAgreed after_backward(double local_loss, double grad_norm) const;

@@ -94,7 +94,8 @@ StepResult run_step(const StepParts& p, const LoopPosition& at) {
     const at::Tensor l = at::stack(leaf_losses).cpu();
     const std::vector<double> mine(l.data_ptr<double>(), l.data_ptr<double>() + l.numel());
     // Masked: the leaves' summed losses added in leaf order, over N.
-    r.local_loss = masked ? sum_over_leaves(mine, leaves, p.world) * per_counted : mean_over_leaves(mine, leaves, p.world);
+    const double sum = p.agree.leaf_loss_sum(mine, leaves);
+    r.local_loss = masked ? sum * per_counted : sum / static_cast<double>(leaves.leaves);
     r.loss_is_global = true;
   } else if (masked) {
     // The step logger averages over ranks: this rank's share times the world size.

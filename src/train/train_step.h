@@ -3,7 +3,6 @@
 // step loop (trainer.cpp) calls once per step.
 #pragma once
 #include <c10/core/Device.h>
-#include <mpi.h>
 
 #include <cstdint>
 
@@ -35,7 +34,6 @@ struct StepParts {
   uint64_t seed = 0;
   double grad_clip = 0;
   c10::Device device = c10::kCPU;
-  MPI_Comm world = MPI_COMM_NULL;  // the reproducible mode's leaf losses
   int rank = 0, size = 1;
 };
 

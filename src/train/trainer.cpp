@@ -413,7 +413,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d, comm::RegionWatch& w
   if (!start.data_change.empty()) metrics.log_event(start.resumed_step, "data_changed", start.data_change);
   const StepAgreement agree(world, checkpointer.schedule());
   const StepParts step{engine, optimizer, *job.net, *data.source, rs.schedule, rs.leaves, divergence, agree,
-                       rs.batch.grad_accum, s.seed, s.grad_clip, device, world, rt.rank(), rt.size()};
+                       rs.batch.grad_accum, s.seed, s.grad_clip, device, rt.rank(), rt.size()};
 
   // The loop.
   LoopPosition pos = start.pos;
