@@ -5,7 +5,7 @@
 
 #include "plan.h"
 #include "shardtrain/fsdp/options.h"
-#include "shardtrain/runtime/small_collectives.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
 
@@ -82,7 +82,7 @@ BaseIdentity frozen_identity(fsdp::Engine& engine, MPI_Comm world, const std::st
     sums[2 * i] = dg.sum;
     sums[2 * i + 1] = dg.weighted;
   }
-  runtime::sum_u64(world, sums, "base.digests");
+  runtime::sum(world, sums, "base.digests");
   for (size_t i = 0; i < plan.size(); ++i) b.digests[plan[i].name] = Digest{sums[2 * i], sums[2 * i + 1]};
   return b;
 }

@@ -9,7 +9,7 @@
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/blocking_region.h"
-#include "shardtrain/runtime/small_collectives.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
 
@@ -158,7 +158,7 @@ IoStats load_checkpoint(const std::string& path, fsdp::Engine& engine, fsdp::Sha
     state = read_train_group(file, path, dxpl);
   }); });
   total = local;
-  runtime::sum_u64(world, total, "load.digests");
+  runtime::sum(world, total, "load.digests");
   runtime::run_agreed(world, [&] {
     for (size_t i = 0; i < plan.size(); ++i)
       for (size_t k = 0; k <= snap.flats[plan[i].flat].states.size(); ++k) {
@@ -234,7 +234,7 @@ void load_model_parameters(const std::string& path, fsdp::Engine& engine, MPI_Co
     runtime::BlockingRegion region(world, "load.close");
     file.close();
   }); });
-  runtime::sum_u64(world, sums, "load.digests");
+  runtime::sum(world, sums, "load.digests");
   runtime::run_agreed(world, [&] {
     for (size_t i = 0; i < plan.size(); ++i)
       if (sums[2 * i] != stored[i].sum || sums[2 * i + 1] != stored[i].weighted)

@@ -16,7 +16,7 @@
 #include "shardtrain/ckpt/async_writer.h"
 #include "shardtrain/ckpt/run_dir.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/runtime/blocking_region.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/mpi_check.h"
@@ -38,11 +38,7 @@ int comm_rank(MPI_Comm c) {
 std::vector<std::string> broadcast_lines(const std::vector<std::string>& lines, MPI_Comm world) {
   std::string text;
   for (const auto& l : lines) text += l + "\n";
-  int64_t n = static_cast<int64_t>(text.size());
-  runtime::BlockingRegion region(world, "manager.list");
-  ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
-  text.resize(static_cast<size_t>(n));
-  ST_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, world));
+  runtime::broadcast(world, text, 0, "manager.list");
   std::vector<std::string> out;
   for (size_t pos = 0; pos < text.size();) {
     size_t nl = text.find('\n', pos);
@@ -63,10 +59,7 @@ bool snapshot_finite(const Snapshot& s, MPI_Comm world) {
     for (const float* st : v.states) check(st);
     if (bad) break;
   }
-  int any = 0;
-  runtime::BlockingRegion region(world, "save.finite");
-  ST_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, world));
-  return any == 0;
+  return !runtime::any_rank(world, bad != 0, "save.finite");
 }
 
 }  // namespace
@@ -93,10 +86,7 @@ CheckpointManager::CheckpointManager(std::string dir, int keep_last, MPI_Comm wo
       for (const StepFile& f : list_step_files(dir_))
         if (f.run_id == run_id_) save_seq_ = std::max(save_seq_, f.save_seq);
   });
-  {
-    runtime::BlockingRegion region(world_, "manager.save_seq");
-    ST_MPI_CHECK(MPI_Bcast(&save_seq_, 1, MPI_INT64_T, 0, world_));
-  }
+  runtime::broadcast(world_, save_seq_, 0, "manager.save_seq");
   if (async) async_ = std::make_unique<AsyncWriter>(world_);
 }
 

@@ -8,7 +8,7 @@
 
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/ckpt/h5.h"
-#include "shardtrain/runtime/blocking_region.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 
@@ -51,16 +51,13 @@ std::vector<ParamPlan> make_plan(const Snapshot& snap, MPI_Comm world, bool spli
   int rank = 0, size = 1;
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
-  uint64_t h = layout_hash(snap), lo = 0, hi = 0;
-  runtime::BlockingRegion region(world, "plan");  // a save's or a load's first collectives
-  ST_MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, world));
-  ST_MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, world));
-  ST_CHECK(lo == hi, "ranks disagree on the model's flat layout or optimizer; every rank must wrap the same model");
+  // A save's or a load's first exchanges.
+  ST_CHECK(runtime::all_equal(world, layout_hash(snap), "plan"), "ranks disagree on the model's flat layout or optimizer; every rank must wrap the same model");
 
   const size_t nf = snap.flats.size();
-  std::vector<int> mine(nf), all(nf * static_cast<size_t>(size));
+  std::vector<int> mine(nf);
   for (size_t f = 0; f < nf; ++f) mine[f] = snap.flats[f].shard_rank;
-  ST_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(nf), MPI_INT, all.data(), static_cast<int>(nf), MPI_INT, world));
+  const std::vector<int> all = runtime::all_gather(world, mine, "plan");
 
   std::vector<ParamPlan> plan;
   for (size_t f = 0; f < nf; ++f) {

@@ -21,7 +21,7 @@
 #include "shardtrain/ckpt/versions.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/blocking_region.h"
-#include "shardtrain/runtime/small_collectives.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/runtime/runtime.h"
 #include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
@@ -62,11 +62,7 @@ nlohmann::json rank0_metadata(const TrainState& st, const CheckpointInfo& info, 
     j[attr::kBase] = info.base_json;
     text = j.dump();
   }
-  int64_t n = static_cast<int64_t>(text.size());
-  runtime::BlockingRegion region(world, "save.metadata");
-  ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
-  text.resize(static_cast<size_t>(n));
-  ST_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, world));
+  runtime::broadcast(world, text, 0, "save.metadata");
   return nlohmann::json::parse(text);
 }
 
@@ -152,17 +148,16 @@ constexpr double kCleanupSeconds = 60;  // an agreed clean-up is a few ms; this 
   detail::Deadline deadline(kCleanupSeconds, std::string(failure.what()) + "; the clean-up did not finish",
                             failure.exit_code(), tmp);
   const int redirected = detail::redirect_to_memory(tmp);
-  int everywhere = 0;
-  (void)MPI_Allreduce(&redirected, &everywhere, 1, MPI_INT, MPI_MIN, world);  // also: all redirected before the unlink
+  const int everywhere = runtime::cleanup_min(world, redirected);  // also: all redirected before the unlink
   if (rank == 0) {
     if (everywhere == 0) (void)::truncate(tmp.c_str(), 0);
     (void)::unlink(tmp.c_str());
   }
-  (void)MPI_Barrier(world);
+  runtime::cleanup_barrier(world);
   for (H5Id& d : datasets) d.reset();
   file.reset();
   H5Eclear2(H5E_DEFAULT);
-  (void)MPI_Barrier(world);  // nobody reports the failure before every rank has closed
+  runtime::cleanup_barrier(world);  // nobody reports the failure before every rank has closed
   throw failure;
 }
 
@@ -252,10 +247,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       if (!failure.empty()) failure = where + failure;
       if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
       reserved = held;
-      {
-        runtime::BlockingRegion region(world, "save.reserve");
-        ST_MPI_CHECK(MPI_Bcast(&reserved, 1, MPI_INT, 0, world));
-      }
+      runtime::broadcast(world, reserved, 0, "save.reserve");
       // Without a reservation (no fallocate on this file system) a metadata write may still
       // fail on some ranks inside HDF5's barriers and hang there: then the whole write gets a
       // deadline, at least stuck_seconds and ample for 50 MB/s.
@@ -358,7 +350,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       }
       if (auto f = detail::agree_failure(world, failure)) abandon(*f, file, datasets, tmp, rank, world);
       total = local;
-      runtime::sum_u64(world, total, "save.digests");
+      runtime::sum(world, total, "save.digests");
       {
         runtime::BlockingRegion region(world, "save.digests");  // HDF5's collective attribute writes
         for (size_t j = 0; j < datasets.size(); ++j) {
@@ -430,10 +422,7 @@ IoStats save_snapshot(const std::string& path, const Snapshot& snap, const Train
       io::commit_temp(tmp, path, "checkpoint");
     });
   }
-  {
-    runtime::BlockingRegion region(world, "save.done");
-    ST_MPI_CHECK(MPI_Barrier(world));
-  }
+  runtime::barrier(world, "save.done");
   return IoStats{timer.seconds(), snapshot_file_bytes(snap)};
 }
 

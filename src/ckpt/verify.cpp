@@ -11,6 +11,7 @@
 #include "shardtrain/ckpt/format.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/blocking_region.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::ckpt {
@@ -265,8 +266,9 @@ void verify_checkpoint(const std::string& path, MPI_Comm world) {
     }
   }); });
   {
-    runtime::BlockingRegion region(world, "verify.digests");
-    ST_MPI_CHECK(MPI_Allreduce(local.data(), total.data(), static_cast<int>(local.size()), MPI_UINT64_T, MPI_SUM, world));
+    total = local;
+    runtime::sum(world, total, "verify.digests");
+    runtime::BlockingRegion region(world, "verify.close");
     file.reset();  // H5Fclose: collective
   }
   runtime::run_agreed(world, [&] {

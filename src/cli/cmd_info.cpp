@@ -14,10 +14,10 @@
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/runtime/blas_kernel.h"
 #include "shardtrain/runtime/device_mesh.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/runtime/topology.h"
 #include "shardtrain/train/job.h"
 #include "shardtrain/util/cpu_isa.h"
-#include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -50,8 +50,7 @@ int run_info(runtime::Runtime& rt, const DeckArgs& args) {
                 topo.host_names[topo.host_id].c_str(), topo.local_rank, device.c_str(),
                 mesh->shard_group_name().c_str(), join(mesh->shard_members()).c_str(),
                 mesh->replicate_group_name().c_str(), join(mesh->replicate_members()).c_str());
-  std::vector<char> all(rt.rank() == 0 ? static_cast<size_t>(kRow) * rt.size() : 0);
-  ST_MPI_CHECK(MPI_Gather(row, kRow, MPI_CHAR, all.data(), kRow, MPI_CHAR, 0, rt.world()));
+  const std::vector<std::string> rows = runtime::gather_to(rt.world(), 0, std::string(row, kRow), "info.rows");
   if (rt.rank() != 0) return 0;
 
   // The same line as --version and every checkpoint's library_versions, then what it means here.
@@ -71,7 +70,7 @@ int run_info(runtime::Runtime& rt, const DeckArgs& args) {
               mesh->shard_group_within_host() ? "inside" : "span", d.get_string("parallel.strategy").c_str());
   std::printf("%5s  %-24s %10s  %-8s %-13s %-12s %-16s %-12s\n", "rank", "host", "local_rank", "device",
               "shard_group", "members", "replicate_group", "members");
-  for (int r = 0; r < rt.size(); ++r) std::printf("%s\n", &all[static_cast<size_t>(r) * kRow]);
+  for (int r = 0; r < rt.size(); ++r) std::printf("%s\n", rows[static_cast<size_t>(r)].c_str());
   return 0;
 }
 

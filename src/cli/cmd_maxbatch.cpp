@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/runtime/topology.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
@@ -19,7 +20,6 @@
 #include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/memory.h"
-#include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -88,9 +88,8 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
   if (limit == 0) {
     // Default: 80% of the memory available now, shared by the ranks of each host.
     const int local_size = runtime::real_host_ranks(rt.world()).size;
-    long long mine = static_cast<long long>(0.8 * read_host_memory().available_bytes / local_size), least = 0;
-    ST_MPI_CHECK(MPI_Allreduce(&mine, &least, 1, MPI_LONG_LONG, MPI_MIN, rt.world()));
-    limit = least;
+    const auto mine = static_cast<int64_t>(0.8 * read_host_memory().available_bytes / local_size);
+    limit = runtime::min(rt.world(), mine, "maxbatch.memory");
   }
   const int sim = static_cast<int>(d.get_int("parallel.simulate_ranks_per_host"));
   const int rph = sim > 0 ? sim : rt.size();

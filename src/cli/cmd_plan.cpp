@@ -13,6 +13,7 @@
 #include "shardtrain/model/layers.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/runtime/topology.h"
 #include "shardtrain/train/alloc_tracker.h"
 #include "shardtrain/plan/bytes.h"
@@ -24,7 +25,6 @@
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/byte_size.h"
 #include "shardtrain/util/error.h"
-#include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -159,7 +159,7 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     at::set_num_threads(std::max(1, ps.threads));
     const double mine = train::measure_peak_tflops(ps.engine.mp.param_dtype);
     at::set_num_threads(before);
-    ST_MPI_CHECK(MPI_Allreduce(&mine, &ps.step.compute_tflops, 1, MPI_DOUBLE, MPI_MIN, rt.world()));
+    ps.step.compute_tflops = runtime::min(rt.world(), mine, "plan.compute_rate");
     char src[160];
     std::snprintf(src, sizeof src, "a %s matmul measured here on %d thread%s: the peak, so compute is a lower bound; "
                   "give the model's achieved rate with --compute-tflops", fsdp::dtype_name(ps.engine.mp.param_dtype),

@@ -10,8 +10,9 @@ void add_train(CLI::App& app, CommandFn& selected) {
   add_deck_args(sub, *args, true);
   sub->callback([&selected, args] {
     selected = [args](runtime::Runtime& rt) {
+      const auto watch = train::watch_world_from_start(rt.world());
       deck::Deck d = load_deck_agreed(*args, rt.world());
-      return train::run_training(rt, d);
+      return train::run_training(rt, d, *watch);
     };
   });
 }

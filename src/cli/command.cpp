@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/error.h"
-#include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -59,11 +59,9 @@ deck::Deck load_deck_agreed(const DeckArgs& args, MPI_Comm comm) {
                           : deck::Deck::load(args.path, args.overrides);
   });
   // Every rank must have read the same deck (a stale copy on one node is a classic).
-  unsigned long long h = d.hash(), lo = 0, hi = 0;
-  ST_MPI_CHECK(MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm));
-  ST_MPI_CHECK(MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm));
+  const bool same = runtime::all_equal(comm, d.hash(), "deck.hash");
   runtime::run_agreed(comm, [&] {
-    ST_USER_CHECK(lo == hi, "the ranks read different decks from '", args.path,
+    ST_USER_CHECK(same, "the ranks read different decks from '", args.path,
                   "' (resolved-deck hashes differ): is the file identical on every node?");
   });
   return d;

@@ -7,13 +7,13 @@
 #include "command.h"
 #include "shardtrain/ckpt/versions.h"
 #include "shardtrain/runtime/blas_kernel.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/runtime/runtime.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/error_text.h"
 #include "shardtrain/util/log.h"
-#include "shardtrain/util/mpi_check.h"
 
 using namespace shardtrain;
 
@@ -21,7 +21,7 @@ namespace {
 // Creates $SHARDTRAIN_READY_FILE on rank 0 after a barrier of all ranks. Best effort: a file
 // that cannot be written only makes the job script wait its SHARDTRAIN_READY_WAIT.
 void announce_ready(const runtime::Runtime& rt) {
-  ST_MPI_CHECK(MPI_Barrier(rt.world()));
+  runtime::barrier(rt.world(), "ready");
   if (rt.rank() != 0) return;
   if (std::FILE* f = std::fopen(std::getenv("SHARDTRAIN_READY_FILE"), "w")) std::fclose(f);
 }

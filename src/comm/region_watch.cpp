@@ -86,8 +86,8 @@ class RegionWatchImpl final : public RegionWatch, public Watched, public runtime
     return {e, e, completed_.load()};
   }
   std::optional<Fatal> check(double now) override {
+    std::lock_guard<std::mutex> lock(mu_);  // also guards timeout_s_ (set_timeout)
     if (timeout_s_ <= 0) return std::nullopt;
-    std::lock_guard<std::mutex> lock(mu_);
     if (open_.empty()) return std::nullopt;
     const Open& o = open_.back();  // the innermost region: the one blocking now
     if (now - o.since < timeout_s_) return std::nullopt;
@@ -103,6 +103,16 @@ class RegionWatchImpl final : public RegionWatch, public Watched, public runtime
   std::vector<FlightRecord> watched_records() const override { return recorder_.snapshot(); }
 
   double timeout_s() const { return timeout_s_; }
+
+  void set_timeout(double timeout_s) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      timeout_s_ = timeout_s;
+    }
+    std::lock_guard<std::mutex> lock(timeouts_mu());
+    for (auto& [c, t] : timeouts())
+      if (c == comm_) t = timeout_s;
+  }
 
  private:
   struct Open {

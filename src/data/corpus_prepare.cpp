@@ -24,6 +24,7 @@
 #include "shardtrain/data/paths.h"
 #include "shardtrain/data/token_dataset.h"
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/file_io.h"
 #include "shardtrain/util/mpi_check.h"
@@ -336,17 +337,6 @@ std::uint64_t file_fnv(const CorpusSource& s, const std::atomic<bool>& stop) {
   return h;
 }
 
-// A barrier that sleeps instead of spinning: a rank done with its share (Open MPI's blocking
-// collectives busy-poll) leaves its core to the ranks and the checksum thread still working.
-void wait_quietly(MPI_Comm world) {
-  MPI_Request req = MPI_REQUEST_NULL;
-  ST_MPI_CHECK(MPI_Ibarrier(world, &req));
-  for (int done = 0;;) {
-    ST_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
 
 std::string mb(double bytes) {
   char s[32];
@@ -489,19 +479,21 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
       c.stop = true;
     }
     hasher.join();
-    wait_quietly(world);
+    // A rank done with its share leaves its core to the ranks and the checksum thread still working.
+    runtime::quiet_barrier(world, "prepare.tokenized");
     if (failed) std::rethrow_exception(failed);
   });
 
   // ---- counts, offsets, per-source statistics and checksums ---------------------------
-  std::vector<std::int64_t> stats(4 * ns, 0), all_stats(4 * ns, 0);  // train, val, docs, skipped
-  std::int64_t mine[2] = {0, 0}, counted[2] = {0, 0}, all_counted[2] = {0, 0};
+  std::vector<std::int64_t> stats(4 * ns, 0);  // train, val, docs, skipped
+  std::vector<std::int64_t> mine = {0, 0}, counted = {0, 0};
   std::string first_bad;
   for (const auto& o : outs) {
     counted[0] += std::count(o.train_mask.begin(), o.train_mask.end(), std::uint8_t{1});
     counted[1] += std::count(o.val_mask.begin(), o.val_mask.end(), std::uint8_t{1});
   }
-  ST_MPI_CHECK(MPI_Allreduce(counted, all_counted, 2, MPI_INT64_T, MPI_SUM, world));
+  std::vector<std::int64_t> all_counted = counted;
+  runtime::sum(world, all_counted, "prepare.counts");
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     const int src = loaded[tasks[i].loaded].source;
     stats[4 * src] += static_cast<std::int64_t>(outs[i].train.size());
@@ -512,23 +504,17 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
     mine[1] += static_cast<std::int64_t>(outs[i].val.size());
     if (first_bad.empty()) first_bad = outs[i].first_bad;
   }
-  ST_MPI_CHECK(MPI_Allreduce(stats.data(), all_stats.data(), static_cast<int>(stats.size()), MPI_INT64_T, MPI_SUM, world));
-  std::int64_t before[2] = {0, 0}, total[2] = {0, 0};
-  ST_MPI_CHECK(MPI_Exscan(mine, before, 2, MPI_INT64_T, MPI_SUM, world));
-  if (rank == 0) before[0] = before[1] = 0;  // MPI_Exscan leaves rank 0's result undefined
-  ST_MPI_CHECK(MPI_Allreduce(mine, total, 2, MPI_INT64_T, MPI_SUM, world));
+  std::vector<std::int64_t> all_stats = stats, total = mine;
+  runtime::sum(world, all_stats, "prepare.counts");
+  const std::vector<std::int64_t> before = runtime::exclusive_sum(world, mine, "prepare.offsets");
+  runtime::sum(world, total, "prepare.counts");
   agreed([&] {
     if (hash_error) std::rethrow_exception(hash_error);
   });
-  ST_MPI_CHECK(MPI_Allreduce(hash.data(), all_hash.data(), static_cast<int>(ns), MPI_UINT64_T, MPI_BOR, world));
-  int bad_rank = first_bad.empty() ? size : rank, first_bad_rank = size;
-  ST_MPI_CHECK(MPI_Allreduce(&bad_rank, &first_bad_rank, 1, MPI_INT, MPI_MIN, world));
-  if (first_bad_rank < size) {
-    int len = static_cast<int>(first_bad.size());
-    ST_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first_bad_rank, world));
-    first_bad.resize(static_cast<std::size_t>(len));
-    ST_MPI_CHECK(MPI_Bcast(first_bad.data(), len, MPI_CHAR, first_bad_rank, world));
-  }
+  all_hash = hash;
+  runtime::bit_or(world, all_hash, "prepare.checksums");
+  const int first_bad_rank = runtime::min(world, first_bad.empty() ? size : rank, "prepare.first_bad");
+  if (first_bad_rank < size) runtime::broadcast(world, first_bad, first_bad_rank, "prepare.first_bad");
 
   TokenDatasetMeta meta;
   meta.tokenizer = tokenizer->name();

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/fsdp/limits.h"
 #include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/util/error.h"
 

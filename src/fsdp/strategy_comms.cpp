@@ -5,10 +5,10 @@
 
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
-#include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::fsdp {
 namespace {
@@ -20,8 +20,7 @@ StrategyComms make_strategy_comms(Strategy s, const runtime::DeviceMesh& mesh, c
   ST_USER_CHECK(choices::index_of(choices::kBackends, backend) >= 0, "unknown comm.backend '", backend, "' (",
                 choices::joined(choices::kBackends), ")");
   // Every rank must choose the same backend or the groups never meet.
-  int has_gpu = device >= 0 ? 1 : 0, all_gpu = 0;
-  ST_MPI_CHECK(MPI_Allreduce(&has_gpu, &all_gpu, 1, MPI_INT, MPI_MIN, mesh.world_comm()));
+  const bool all_gpu = runtime::all_agree(mesh.world_comm(), device >= 0, "setup.backend");
   const bool nccl = backend == "nccl" || (backend == "auto" && all_gpu && comm::nccl_available());
   ST_USER_CHECK(!(backend == "nccl" && !all_gpu), "comm.backend = nccl needs a GPU on every rank");
   auto make = [&](MPI_Comm c, const std::string& name) {
@@ -57,8 +56,7 @@ c10::Device select_device(const std::string& want, MPI_Comm world) {
   const runtime::HostRanks host = runtime::real_host_ranks(world);
   const int gpus = want == "cpu" ? 0 : cuda_device_count();
   const int usable = gpus > 0 && host.size <= gpus ? 1 : 0;
-  int all_usable = 0;
-  ST_MPI_CHECK(MPI_Allreduce(&usable, &all_usable, 1, MPI_INT, MPI_MIN, world));
+  const bool all_usable = runtime::all_agree(world, usable != 0, "setup.device");
   runtime::run_agreed(world, [&] {
     if (want != "cuda" || usable) return;
     if (!torch_built_with_cuda())

@@ -15,6 +15,7 @@
 #include "shardtrain/data/mnist.h"
 #include "shardtrain/data/token_dataset.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
@@ -175,14 +176,11 @@ EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::
 
   // Rank 0 puts the items back in item order and adds them in that order: the same additions at
   // every world size. Rank q sends its forwards' items in its own order (q, q+size, ...).
-  std::vector<int> counts(size, 0), displs(size, 0);
-  for (int64_t f = 0; f < blocks; ++f) counts[f % size] += static_cast<int>(block_items(f));
+  std::vector<int64_t> counts(size, 0), displs(size, 0);
+  for (int64_t f = 0; f < blocks; ++f) counts[f % size] += block_items(f);
   for (int q = 1; q < size; ++q) displs[q] = displs[q - 1] + counts[q - 1];
-  std::vector<double> got_loss(rank == 0 ? total : 0), got_correct(rank == 0 ? total : 0);
-  ST_MPI_CHECK(MPI_Gatherv(loss.data(), static_cast<int>(loss.size()), MPI_DOUBLE, got_loss.data(), counts.data(),
-                           displs.data(), MPI_DOUBLE, 0, world));
-  ST_MPI_CHECK(MPI_Gatherv(correct.data(), static_cast<int>(correct.size()), MPI_DOUBLE, got_correct.data(),
-                           counts.data(), displs.data(), MPI_DOUBLE, 0, world));
+  const std::vector<double> got_loss = runtime::gather_to(world, 0, loss, "eval.gather");
+  const std::vector<double> got_correct = runtime::gather_to(world, 0, correct, "eval.gather");
   std::vector<double> all_loss(got_loss.size()), all_correct(got_correct.size());
   if (rank == 0) {
     std::vector<int64_t> next(displs.begin(), displs.end());  // rank q's next received item
@@ -193,15 +191,14 @@ EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::
         all_correct[f * batch + j] = got_correct[from];
       }
   }
-  int64_t targets = 0;
-  ST_MPI_CHECK(MPI_Allreduce(&r.targets, &targets, 1, MPI_INT64_T, MPI_SUM, world));
+  const int64_t targets = runtime::sum(world, r.targets, "eval.targets");
   double sums[2] = {0, 0};
   if (rank == 0)
     for (int64_t i = 0; i < total; ++i) {
       sums[0] += all_loss[i];
       sums[1] += all_correct[i];
     }
-  ST_MPI_CHECK(MPI_Bcast(sums, 2, MPI_DOUBLE, 0, world));
+  runtime::broadcast(world, sums, 0, "eval.sums");
   r.items = total;
   r.targets = targets;
   r.loss = sums[0] / static_cast<double>(targets);

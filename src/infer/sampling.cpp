@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 
@@ -80,7 +81,7 @@ std::vector<int32_t> generate_tokens(model::Model& net, std::vector<int32_t> con
       std::vector<float> row(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
       next = choose_token(row, vocab, o, rng);
     }
-    ST_MPI_CHECK(MPI_Bcast(&next, 1, MPI_INT32_T, 0, world));
+    runtime::broadcast(world, next, 0, "generate.token");
     context.push_back(next);
     if (after_token) after_token(i + 1);
     if (stop_id >= 0 && next == stop_id) break;

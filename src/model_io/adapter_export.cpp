@@ -23,7 +23,7 @@
 #include "shardtrain/model/lora.h"
 #include "shardtrain/model_io/import.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/runtime/small_collectives.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/train/adapter_base.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
@@ -235,7 +235,7 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
       ::close(fd);
     }
   });
-  runtime::broadcast_string(world, tmp, 0, "export.directory");
+  runtime::broadcast(world, tmp, 0, "export.directory");
   output->adopt(tmp);
   try {
     const model::LoraSpec& lora = a.spec.finetune.lora;
@@ -297,10 +297,10 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
       for (size_t fi = 0; fi < files.size(); ++fi)
         if (::fdatasync(fds[fi]) != 0) throw IoError(tmp + "/" + files[fi] + ": sync failed: " + io::errno_text(errno));
     });
-    runtime::sum_u64(world, digests, "export.base_digests");
+    runtime::sum(world, digests, "export.base_digests");
     std::vector<uint64_t> peak(static_cast<size_t>(size), 0);
     peak[static_cast<size_t>(rank)] = static_cast<uint64_t>(read_process_memory().hwm_bytes);
-    runtime::sum_u64(world, peak, "export.peak_memory");
+    runtime::sum(world, peak, "export.peak_memory");
     runtime::run_agreed(world, [&] {
       if (rank != 0) return;
       // The base read is the one the adapter was trained on (checked before anything is visible).

@@ -1,5 +1,6 @@
 // run_probe: the trainer's step (forward/backward per micro-batch, clip, optimizer) on
 // synthetic batches, under the counting allocator.
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/runtime/topology.h"
 #include "shardtrain/probe/probe.h"
 
@@ -44,7 +45,7 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
 
     // Everything from here on is the probe's memory. Initialisation runs before the optimizer
     // state exists; the steps run with it (Kokkos memory, not tensors: added to the count).
-    ST_MPI_CHECK(MPI_Barrier(world));
+    runtime::barrier(world, "probe.start");
     const int64_t live_before = train::alloc_counters().live_bytes;
     train::reset_alloc_peak();
     train::set_alloc_limit(o.memory_limit > 0 ? live_before + o.memory_limit : 0);
@@ -89,26 +90,22 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
     engine.reset();
     train::set_alloc_limit(0);
 
-    double local_peak = static_cast<double>(peak), global_peak = 0;
-    ST_MPI_CHECK(MPI_Allreduce(&local_peak, &global_peak, 1, MPI_DOUBLE, MPI_MAX, world));
+    const double global_peak = runtime::max(world, static_cast<double>(peak), "probe.peak");
     // Each step's time is its slowest rank's; the result is the median of the steps after the
     // first (which also allocates what later steps reuse): the last one's for 2 steps.
-    std::vector<double> slowest(step_s.size(), 0.0);
-    ST_MPI_CHECK(MPI_Allreduce(step_s.data(), slowest.data(), static_cast<int>(step_s.size()), MPI_DOUBLE, MPI_MAX,
-                               world));
+    std::vector<double> slowest = step_s;
+    runtime::max(world, slowest, "probe.step_time");
     std::vector<double> later(slowest.size() > 1 ? slowest.begin() + 1 : slowest.begin(), slowest.end());
     std::sort(later.begin(), later.end());
     const size_t m = later.size();
     const double median = m == 0 ? 0.0 : m % 2 ? later[m / 2] : 0.5 * (later[m / 2 - 1] + later[m / 2]);
-    int over_i = over ? 1 : 0, any_over = 0;
-    ST_MPI_CHECK(MPI_Allreduce(&over_i, &any_over, 1, MPI_INT, MPI_MAX, world));
-    double loss_all = 0;
-    ST_MPI_CHECK(MPI_Allreduce(&loss_sum, &loss_all, 1, MPI_DOUBLE, MPI_SUM, world));
+    const bool any_over = runtime::any_rank(world, over, "probe.over_limit");
+    const double loss_all = runtime::sum(world, loss_sum, "probe.loss");
     int size = 1;
     ST_MPI_CHECK(MPI_Comm_size(world, &size));
     res.peak_bytes = static_cast<int64_t>(global_peak);
     res.step_s = median;
-    res.fits = any_over == 0;
+    res.fits = !any_over;
     res.loss = loss_all / size;
   }
   return res;

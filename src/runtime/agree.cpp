@@ -13,7 +13,7 @@
 
 namespace shardtrain::runtime {
 
-void run_agreed(MPI_Comm comm, const std::function<void()>& fn) {
+void run_agreed(MPI_Comm comm, const std::function<void()>& fn, const char* name) {
   int rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   int code = kExitOk;
@@ -38,7 +38,7 @@ void run_agreed(MPI_Comm comm, const std::function<void()>& fn) {
   int hdr[2] = {code, static_cast<int>(msg.size())};
   std::vector<char> buf(msg.begin(), msg.end());
   {
-    BlockingRegion region(comm, "agree");
+    BlockingRegion region(comm, name);
     ST_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
     if (first == 1 << 30) return;
     ST_MPI_CHECK(MPI_Bcast(hdr, 2, MPI_INT, first, comm));

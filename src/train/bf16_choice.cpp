@@ -1,5 +1,6 @@
 // choose_bf16_gemm: fsdp.bf16_gemm -> model::set_bf16_gemm, measured once per CPU model and
 // cached (see bf16_choice.h).
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/train/bf16_choice.h"
 
 #include <sys/stat.h>
@@ -134,16 +135,15 @@ Bf16GemmChoice choose_bf16_gemm(MPI_Comm world, const std::string& setting) {
   if (rank == 0 && !file.empty())
     for (const Entry& e : read_cache(file))
       if (e.key == key) got[0] = 1, got[1] = e.native, got[2] = e.fp32;
-  ST_MPI_CHECK(MPI_Bcast(got, 3, MPI_DOUBLE, 0, world));
+  runtime::broadcast(world, got, 0, "setup.bf16_gemm");
   if (got[0] == 1) {
     c.how = "cached in " + file;
     c.native_gflops = got[1];
     c.fp32_gflops = got[2];
   } else {  // every rank measures (on its own cores), the mean decides
-    double mine[2] = {model::bf16_gemm_gflops(model::Bf16Gemm::Native, kTokens, kIn, kOut, kReps),
-                      model::bf16_gemm_gflops(model::Bf16Gemm::Fp32Operands, kTokens, kIn, kOut, kReps)};
-    double sum[2] = {0, 0};
-    ST_MPI_CHECK(MPI_Allreduce(mine, sum, 2, MPI_DOUBLE, MPI_SUM, world));
+    std::vector<double> sum = {model::bf16_gemm_gflops(model::Bf16Gemm::Native, kTokens, kIn, kOut, kReps),
+                               model::bf16_gemm_gflops(model::Bf16Gemm::Fp32Operands, kTokens, kIn, kOut, kReps)};
+    runtime::sum(world, sum, "setup.bf16_gemm");
     c.native_gflops = sum[0] / size;
     c.fp32_gflops = sum[1] / size;
     c.how = "measured";

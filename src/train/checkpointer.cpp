@@ -42,9 +42,9 @@ void Checkpointer::save(const LoopPosition& pos, const std::string& why) {
   std::fflush(stdout);
 }
 
-bool Checkpointer::after_step(const LoopPosition& pos, bool finished) {
-  // Every rank must agree on the same step boundary (one all-reduce inside poll).
-  const SaveSchedule::Decision dec = schedule_.poll(pos.step, finished);
+bool Checkpointer::after_step(const LoopPosition& pos, bool finished, const StepAgreed& agreed) {
+  // Every rank decides on the same agreed inputs, so all save at the same step boundary.
+  const SaveSchedule::Decision dec = schedule_.decide(pos.step, finished, agreed);
   if (dec.stop && rank_ == 0)
     log::info(log::fmt("stop requested (signal ", dec.signal, ") at step ", pos.step,
                        finished ? ": training is finished anyway" : ": checkpointing, then exit 42 (requeue me)"));

@@ -19,10 +19,12 @@ class Checkpointer {
   Checkpointer(ckpt::CheckpointManager& mgr, fsdp::Engine& engine, fsdp::ShardedOptimizer& opt,
                ckpt::CheckpointInfo info, SaveSchedule schedule, int64_t global_batch, uint64_t seed,
                c10::Device device, int64_t resumed_step, MPI_Comm world);
-  // Collective, at every step boundary (after validation: exactly where the next invocation's
-  // loop starts). Saves when the schedule says so. True when a stop signal ends the run here
-  // (the checkpoint is written; exit 42) and training is not finished.
-  bool after_step(const LoopPosition& pos, bool finished);
+  // At every step boundary (after validation: exactly where the next invocation's loop starts),
+  // on what the step agreed (StepAgreed: no collective of its own). Saves (collective) when the
+  // schedule says so. True when a stop signal ends the run here (the checkpoint is written;
+  // exit 42) and training is not finished.
+  bool after_step(const LoopPosition& pos, bool finished, const StepAgreed& agreed);
+  const SaveSchedule& schedule() const { return schedule_; }
   // Collective, after the loop: the final checkpoint unless this step is saved already, then
   // waits for a background write. False when the final state could not be saved because it
   // is non-finite (train.on_nonfinite = "continue").

@@ -1,12 +1,8 @@
-// train.on_nonfinite: the deck's choice, the agreed finiteness test and its message.
+// train.on_nonfinite: the deck's choice and its message.
 #include "divergence.h"
 
-#include <cmath>
-
-#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
-#include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::train {
 
@@ -17,13 +13,6 @@ NonFinitePolicy nonfinite_policy_from_deck(const deck::Deck& d) {
                                                                              : NonFinitePolicy::Stop;
   p.max_skipped_steps = d.get_int("train.max_skipped_steps");
   return p;
-}
-
-bool step_is_finite(double local_loss, double grad_norm, MPI_Comm world) {
-  int bad = !(std::isfinite(local_loss) && std::isfinite(grad_norm)), any = 0;
-  runtime::BlockingRegion region(world, "step.finite");
-  ST_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, world));
-  return any == 0;
 }
 
 std::string describe_nonfinite(int64_t step, double loss, double grad_norm, const NonFinitePolicy& p,

@@ -1,8 +1,6 @@
 // What the step loop does when a step's loss or gradient norm is not finite
-// (train.on_nonfinite), and the one collective that decides it on every rank alike.
+// (train.on_nonfinite); whether it is, every rank alike, is the step's agreement (step_agreement.h).
 #pragma once
-#include <mpi.h>
-
 #include <cstdint>
 #include <string>
 
@@ -16,10 +14,6 @@ struct NonFinitePolicy {
   int64_t max_skipped_steps = 10;  // SkipStep: give up after this many non-finite steps in a row
 };
 NonFinitePolicy nonfinite_policy_from_deck(const deck::Deck& d);
-
-// Collective over world: false when this rank's loss or the (global) gradient norm is NaN/Inf
-// on any rank. One integer all-reduce per step.
-bool step_is_finite(double local_loss, double grad_norm, MPI_Comm world);
 
 // The warning line for a non-finite step (what happened, what the policy does about it, and
 // which checkpoint is the last good one).

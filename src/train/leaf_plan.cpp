@@ -1,4 +1,5 @@
 // plan_leaves and the reproducibility guarantee (see leaf_plan.h).
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/train/leaf_plan.h"
 
 #include <torch/version.h>
@@ -7,7 +8,6 @@
 #include "shardtrain/util/cpu_isa.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
-#include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::train {
 namespace {
@@ -53,16 +53,11 @@ LeafPlan plan_leaves(const deck::Deck& d, int world, int rank, int group, bool n
   return p;
 }
 
-double mean_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_Comm world) {
-  return sum_over_leaves(mine, p, world) / static_cast<double>(p.leaves);
-}
-
 double sum_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_Comm world) {
   ST_CHECK(static_cast<int64_t>(mine.size()) == p.per_rank, "leaf losses: ", mine.size(), " on this rank, the plan has ",
            p.per_rank);
-  std::vector<double> all(static_cast<size_t>(p.leaves)), by_leaf(static_cast<size_t>(p.leaves));
-  ST_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(p.per_rank), MPI_DOUBLE, all.data(),
-                             static_cast<int>(p.per_rank), MPI_DOUBLE, world));
+  const std::vector<double> all = runtime::all_gather(world, mine, "step.leaf_losses");
+  std::vector<double> by_leaf(static_cast<size_t>(p.leaves));
   for (int r = 0; r < p.world; ++r)
     for (int64_t j = 0; j < p.per_rank; ++j) by_leaf[p.leaf_of(r, j)] = all[r * p.per_rank + j];
   double sum = 0;

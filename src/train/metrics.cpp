@@ -44,16 +44,19 @@ MetricsLog::MetricsLog(const std::string& jsonl_path, bool enabled, int64_t resu
 }
 
 // Rank 0 writes, every rank learns whether it worked: a full disk under out_dir ends the job
-// with exit 5 on every rank (one MPI_Allreduce per logged record; records are rare next to a
-// step's collectives) instead of rank 0 alone failing or the run ending rc 0 with lost metrics.
+// with exit 5 on every rank (one agreement, "metrics.write", per logged record; records are rare
+// next to a step's exchanges) instead of rank 0 alone failing or the run ending rc 0 with lost metrics.
 void MetricsLog::agreed_write(const std::function<void()>& write) {
   if (comm_ == MPI_COMM_NULL) {
     if (enabled_) write();
     return;
   }
-  runtime::run_agreed(comm_, [&] {
-    if (enabled_) write();
-  });
+  runtime::run_agreed(
+      comm_,
+      [&] {
+        if (enabled_) write();
+      },
+      "metrics.write");
 }
 
 void MetricsLog::log_step(const StepRecord& r) {

@@ -1,5 +1,6 @@
 // measure_peak_tflops (best of a few timed square matmuls), the CPU's theoretical peak, and the
 // PeakFlops pair the trainer divides by.
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/train/peak_flops.h"
 
 #include <ATen/ATen.h>
@@ -9,7 +10,6 @@
 
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/util/cpu_isa.h"
-#include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
 
 namespace shardtrain::train {
@@ -75,8 +75,7 @@ PeakFlops peak_flops(double deck_peak_tflops, at::ScalarType dtype, const c10::D
   p.deck = deck_peak_tflops;
   p.theoretical = theoretical_peak_tflops(dtype, device, threads);
   if (p.deck <= 0) {  // the slowest rank's measured matmul rate
-    const double mine = measure_peak_tflops(dtype, device);
-    ST_MPI_CHECK(MPI_Allreduce(&mine, &p.measured, 1, MPI_DOUBLE, MPI_MIN, world));
+    p.measured = runtime::min(world, measure_peak_tflops(dtype, device), "setup.peak_flops");
   }
   return p;
 }

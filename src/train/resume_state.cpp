@@ -1,4 +1,5 @@
 // TrainState packing: cursor as two int64, RNG states concatenated rank by rank, the rest in extra JSON.
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/train/resume_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -10,7 +11,6 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/train/leaf_plan.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
@@ -119,15 +119,17 @@ ckpt::TrainState make_train_state(const LoopPosition& pos, int64_t global_batch,
                                   const c10::Device& device, const std::string& guarantee) {
   int size = 1;
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
-  std::vector<uint8_t> mine = generator_state(device);
-  int64_t bytes = static_cast<int64_t>(mine.size()), max_bytes = 0;
-  runtime::BlockingRegion region(world, "save.rng_state");  // the train state of a checkpoint
-  ST_MPI_CHECK(MPI_Allreduce(&bytes, &max_bytes, 1, MPI_INT64_T, MPI_MAX, world));
-  ST_CHECK(max_bytes == bytes, "generator state sizes differ between ranks (", bytes, " vs ", max_bytes, " bytes)");
+  const std::vector<uint8_t> mine = generator_state(device);
+  const int64_t bytes = static_cast<int64_t>(mine.size());
+  // The train state of a checkpoint: every rank's generator state, in rank order.
+  const std::vector<std::string> all =
+      runtime::all_gather_bytes(world, std::string(mine.begin(), mine.end()), "save.rng_state");
   ckpt::TrainState st;
-  st.rng_state.resize(static_cast<size_t>(bytes) * size);
-  ST_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(bytes), MPI_UINT8_T, st.rng_state.data(),
-                             static_cast<int>(bytes), MPI_UINT8_T, world));
+  for (const std::string& s : all) {
+    ST_CHECK(static_cast<int64_t>(s.size()) == bytes, "generator state sizes differ between ranks (", bytes, " vs ",
+             s.size(), " bytes)");
+    st.rng_state.insert(st.rng_state.end(), s.begin(), s.end());
+  }
   st.step = pos.step;
   st.lr_step = pos.step;
   st.tokens_seen = pos.tokens_seen;

@@ -1,17 +1,24 @@
 // StepLogger: the logging schedule and the reductions behind one metrics record.
 #include "step_logger.h"
 
-#include "shardtrain/runtime/blocking_region.h"
+#include <algorithm>
+#include <vector>
+
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/train/alloc_tracker.h"
 #include "shardtrain/util/memory.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace shardtrain::train {
 namespace {
-double allreduce(double v, MPI_Op op, MPI_Comm c) {
-  double out = 0;
-  runtime::BlockingRegion region(c, "step.log");
-  ST_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, op, c));
+// A logged step's per-rank values, gathered once: the maxima (time, peaks) exactly, and the byte
+// counts (integers, below 2^53) summed exactly in any order.
+enum Col { kStepS, kCommS, kHwm, kTensor, kDevice, kIntra, kInter, kCols };
+std::vector<double> over_ranks(const std::vector<double>& mine, MPI_Comm world) {
+  const std::vector<double> all = runtime::all_gather(world, mine, "step.log");
+  std::vector<double> out(all.begin(), all.begin() + kCols);
+  for (size_t at = kCols; at < all.size(); at += kCols)
+    for (int c = 0; c < kCols; ++c) out[c] = c >= kIntra ? out[c] + all[at + c] : std::max(out[c], all[at + c]);
   return out;
 }
 }  // namespace
@@ -34,10 +41,16 @@ void StepLogger::after_step(int64_t step, int64_t tokens_seen, const StepResult&
     log_.log_event(step, "outer_sync", "fragments " + which);
   }
   if (!(step % every_ == 0 || step == max_steps_ || step == 1 || !s.finite)) return;
-  // A global loss is already the same bits on every rank; a sum over ranks would round.
-  last_loss_ = s.loss_is_global ? s.local_loss : allreduce(s.local_loss, MPI_SUM, world_) / size_;
-  const double step_s = allreduce(window_s_ / window_steps_, MPI_MAX, world_);
-  const double comm_s = allreduce(window_comm_ / window_steps_, MPI_MAX, world_);
+  last_loss_ = s.mean_loss;  // agreed in the step
+  const fsdp::CommStats cs = engine_.comm_stats();
+  const std::vector<double> v = over_ranks(
+      {window_s_ / window_steps_, window_comm_ / window_steps_, static_cast<double>(read_process_memory().hwm_bytes),
+       static_cast<double>(alloc_counters().peak_bytes + m_.optim_state_bytes),
+       static_cast<double>(engine_.memory().device_peak_allocated_bytes),  // -1 on a CPU device: not logged
+       static_cast<double>(cs.intra_node_bytes - bytes_mark_.intra_node_bytes),
+       static_cast<double>(cs.inter_node_bytes - bytes_mark_.inter_node_bytes)},
+      world_);
+  const double step_s = v[kStepS], comm_s = v[kCommS];
   StepRecord r;
   r.step = step;
   r.max_steps = max_steps_;
@@ -51,18 +64,12 @@ void StepLogger::after_step(int64_t step, int64_t tokens_seen, const StepResult&
   r.mfu = m_.peak_tflops > 0 ? r.tflops / m_.peak_tflops : 0;
   r.mfu_matmul = m_.matmul_tflops > 0 ? r.tflops / m_.matmul_tflops : 0;
   r.comm_share = step_s > 0 ? comm_s / step_s : 0;
-  r.peak_mem_bytes = static_cast<int64_t>(allreduce(static_cast<double>(read_process_memory().hwm_bytes), MPI_MAX, world_));
-  r.peak_tensor_bytes = static_cast<int64_t>(
-      allreduce(static_cast<double>(alloc_counters().peak_bytes + m_.optim_state_bytes), MPI_MAX, world_));
-  // The CUDA caching allocator's max_memory_allocated (-1 on a CPU device: not logged).
-  r.peak_device_bytes = static_cast<int64_t>(
-      allreduce(static_cast<double>(engine_.memory().device_peak_allocated_bytes), MPI_MAX, world_));
+  r.peak_mem_bytes = static_cast<int64_t>(v[kHwm]);
+  r.peak_tensor_bytes = static_cast<int64_t>(v[kTensor]);
+  r.peak_device_bytes = static_cast<int64_t>(v[kDevice]);  // the CUDA caching allocator's max_memory_allocated
   r.tokens_seen = tokens_seen;
-  const fsdp::CommStats cs = engine_.comm_stats();
-  r.intra_node_bytes =
-      allreduce(static_cast<double>(cs.intra_node_bytes - bytes_mark_.intra_node_bytes), MPI_SUM, world_) / window_steps_;
-  r.inter_node_bytes =
-      allreduce(static_cast<double>(cs.inter_node_bytes - bytes_mark_.inter_node_bytes), MPI_SUM, world_) / window_steps_;
+  r.intra_node_bytes = v[kIntra] / window_steps_;
+  r.inter_node_bytes = v[kInter] / window_steps_;
   bytes_mark_ = cs;
   // The guard's numbers are the same on every rank (agreed over the shard group, replicas equal).
   r.quantized = engine_.options().compression.any();

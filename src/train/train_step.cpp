@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "fault_hook.h"
-#include "shardtrain/runtime/agree.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/log.h"
 #include "shardtrain/util/timer.h"
@@ -56,10 +55,10 @@ StepResult run_step(const StepParts& p, const LoopPosition& at) {
   // it the next micro-batch's launches) on every micro-batch.
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(p.device));
   // The step's micro-batches read up front, in one agreement: an id >= vocab_size on any rank
-  // is one UserError (file, offset) on every rank, for one collective per step.
+  // is one UserError (file, offset) on every rank.
   std::vector<Batch> batches(static_cast<size_t>(p.grad_accum));
   int64_t counted = 0;  // instruction data: the global batch's counted targets
-  runtime::run_agreed(p.world, [&] {
+  p.agree.read([&] {
     for (int mb = 0; mb < p.grad_accum; ++mb) batches[mb] = p.data.train_batch(at.cursor, mb);
     if (masked) counted = p.data.counted_targets(at.cursor);
   });
@@ -95,7 +94,8 @@ StepResult run_step(const StepParts& p, const LoopPosition& at) {
     const at::Tensor l = at::stack(leaf_losses).cpu();
     const std::vector<double> mine(l.data_ptr<double>(), l.data_ptr<double>() + l.numel());
     // Masked: the leaves' summed losses added in leaf order, over N.
-    r.local_loss = masked ? sum_over_leaves(mine, leaves, p.world) * per_counted : mean_over_leaves(mine, leaves, p.world);
+    const double sum = p.agree.leaf_loss_sum(mine, leaves);
+    r.local_loss = masked ? sum * per_counted : sum / static_cast<double>(leaves.leaves);
     r.loss_is_global = true;
   } else if (masked) {
     // The step logger averages over ranks: this rank's share times the world size.
@@ -105,8 +105,12 @@ StepResult run_step(const StepParts& p, const LoopPosition& at) {
   }
   fault_pause("mid_step", at.step + 1, p.rank);
   r.grad_norm = engine.clip_grad_norm(p.grad_clip);
-  // Decided by every rank together, before the update could carry NaN into the weights.
-  r.finite = step_is_finite(r.local_loss, r.grad_norm, p.world);
+  // Decided by every rank together, before the update could carry NaN into the weights; the same
+  // exchange sums the losses and carries the save schedule's inputs to the step boundary.
+  r.agreed = p.agree.after_backward(r.local_loss, r.grad_norm);
+  r.finite = r.agreed.finite;
+  // A global loss is already the same bits on every rank; the sum over ranks would round it.
+  r.mean_loss = r.loss_is_global ? r.local_loss : r.agreed.loss_sum / p.size;
   if (p.divergence.apply_update(r.finite)) p.optimizer.step(r.lr);
   // DiLoCo: the fragments due after this inner step take their outer step (nothing under
   // every_step). On the step count, whether or not the update was applied, so the cycle does not

@@ -3,12 +3,12 @@
 // step loop (trainer.cpp) calls once per step.
 #pragma once
 #include <c10/core/Device.h>
-#include <mpi.h>
 
 #include <cstdint>
 
 #include "data_source.h"
 #include "divergence.h"
+#include "step_agreement.h"
 #include "shardtrain/train/resume_state.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
@@ -19,7 +19,8 @@
 
 namespace shardtrain::train {
 
-// What a step works on; the references outlive the loop.
+// What a step works on: the engine, the data and the one agreement object (the references
+// outlive the loop).
 struct StepParts {
   fsdp::Engine& engine;
   fsdp::ShardedOptimizer& optimizer;
@@ -28,11 +29,11 @@ struct StepParts {
   const optim::LrSchedule& schedule;
   const LeafPlan& leaves;  // train.reproducible: each micro-batch a leaf of the fixed tree
   DivergenceGuard& divergence;
+  const StepAgreement& agree;
   int64_t grad_accum = 1;
   uint64_t seed = 0;
   double grad_clip = 0;
   c10::Device device = c10::kCPU;
-  MPI_Comm world = MPI_COMM_NULL;
   int rank = 0, size = 1;
 };
 

@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "checkpointer.h"
-#include "data_identity.h"
+#include "shardtrain/data/identity.h"
 #include "data_source.h"
 #include "divergence.h"
 #include "loop_settings.h"
 #include "shardtrain/train/resume_state.h"
 #include "save_schedule.h"
+#include "step_agreement.h"
 #include "shardtrain/ckpt/manager.h"
 #include "shardtrain/ckpt/preflight.h"
 #include "shardtrain/ckpt/tools.h"
@@ -28,6 +29,7 @@
 #include "shardtrain/model/lora.h"
 #include "shardtrain/optim/kokkos_scope.h"
 #include "shardtrain/runtime/blocking_region.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/runtime/agree.h"
 #include "shardtrain/train/adapter_base.h"
 #include "shardtrain/train/alloc_tracker.h"
@@ -35,13 +37,12 @@
 #include "shardtrain/train/leaf_plan.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/peak_flops.h"
-#include "shardtrain/train/run_dirs.h"
+#include "shardtrain/ckpt/run_dirs.h"
 #include "shardtrain/train/setup.h"
 #include "shardtrain/train/signals.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/file_io.h"
 #include "shardtrain/util/log.h"
-#include "shardtrain/util/mpi_check.h"
 #include "shardtrain/util/timer.h"
 #include "spec_json.h"
 #include "start_report.h"
@@ -64,7 +65,7 @@ struct StartPoint {
 // What resume_or_start decides from and loads into.
 struct StartContext {
   const TrainerSettings& settings;
-  const RunDirs& run_dirs;
+  const ckpt::RunDirs& run_dirs;
   ckpt::CheckpointManager& ckpts;
   fsdp::Engine& engine;
   fsdp::ShardedOptimizer& optimizer;
@@ -82,7 +83,7 @@ struct StartContext {
 // from run.seed or checkpoint.init_from. Collective.
 StartPoint resume_or_start(const StartContext& c) {
   const TrainerSettings& s = c.settings;
-  const RunDirs& run_dirs = c.run_dirs;
+  const ckpt::RunDirs& run_dirs = c.run_dirs;
   ckpt::CheckpointManager& ckpts = c.ckpts;
   const c10::Device& device = c.device;
   const int rank = c.rank;
@@ -105,7 +106,7 @@ StartPoint resume_or_start(const StartContext& c) {
         // to set aside, and the resume must stop rather than fall back to an older one.
         const nlohmann::json extra = nlohmann::json::parse(st.extra_json, nullptr, false);
         if (extra.is_object() && extra.contains("data"))
-          data_change = data_identity_differences(extra["data"].dump(), c.data_id);
+          data_change = data::data_identity_differences(extra["data"].dump(), c.data_id);
       } catch (const UserError&) {
         throw;
       } catch (const std::exception& e) {
@@ -185,13 +186,13 @@ StartPoint resume_or_start(const StartContext& c) {
 
 // Before anything is written: this job's directories are locked and it knows which run it is;
 // rank 0 prints a summary of the deck (the resolved deck is written once there is something to train).
-RunDirs claim_outputs(const deck::Deck& d, const RunSettings& rs, int rank, MPI_Comm world) {
+ckpt::RunDirs claim_outputs(const deck::Deck& d, const RunSettings& rs, int rank, MPI_Comm world) {
   const TrainerSettings& s = rs.loop;
   if (rank == 0) {
     log::info(start_summary(d, s.out_dir));
     std::fputs(rs.schedule_note.c_str(), stdout);
   }
-  RunDirs run_dirs = claim_run_dirs({s.out_dir, s.ckpt_dir, s.resume, s.previous_run, s.metrics_file}, world);
+  ckpt::RunDirs run_dirs = ckpt::claim_run_dirs({s.out_dir, s.ckpt_dir, s.resume, s.previous_run, s.metrics_file}, world);
   if (rank == 0 && !run_dirs.notes.empty()) {
     std::fputs(run_dirs.notes.c_str(), stdout);
     std::fflush(stdout);
@@ -222,13 +223,9 @@ TrainingData open_training_data(const RunSettings& rs, const model::ModelSpec& s
   TrainingData t;
   runtime::run_agreed(world, [&] { t.source = open_data(rs.loop.dataset, spec, scfg, spec.seq_len, rs.data_keys); });
   runtime::run_agreed(world, [&] {
-    if (rank == 0) t.identity = data_identity(rs.loop.dataset);
+    if (rank == 0) t.identity = data::data_identity(rs.loop.dataset);
   });
-  int64_t n = static_cast<int64_t>(t.identity.size());
-  runtime::BlockingRegion region(world, "setup.data_identity");
-  ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
-  t.identity.resize(static_cast<size_t>(n));
-  ST_MPI_CHECK(MPI_Bcast(t.identity.data(), static_cast<int>(n), MPI_CHAR, 0, world));
+  runtime::broadcast(world, t.identity, 0, "setup.data_identity");
   return t;
 }
 
@@ -353,22 +350,26 @@ void write_resolved_deck(const deck::Deck& d, const std::string& out_dir, int ra
   });
 }
 
-int run_training(runtime::Runtime& rt, const deck::Deck& d) {
+std::unique_ptr<comm::RegionWatch> watch_world_from_start(MPI_Comm world) {
+  return comm::watch_regions(world, "world", deck::Deck::defaults().get_float("comm.timeout_s"));
+}
+
+int run_training(runtime::Runtime& rt, const deck::Deck& d, comm::RegionWatch& watch_world) {
   MPI_Comm world = rt.world();
   install_alloc_tracker();  // every CPU tensor allocation from here on (peak_tensor_bytes)
   optim::KokkosScope kokkos;
   install_stop_signal_handlers();
-  // The run's keys, read once; collectives outside the engine's communicators are blocking
-  // regions under the watchdog from here.
+  // The run's keys, read once; the world's exchanges are watched with the deck's comm.timeout_s
+  // from here (under the default one before: the deck's own agreement).
   RunSettings rs = run_settings_from_deck(d, world);
-  const std::unique_ptr<comm::RegionWatch> watch_world = comm::watch_regions(world, "world", rs.comm.timeout_s);
+  watch_world.set_timeout(rs.comm.timeout_s);
   // Topology, mesh, device, communicators, the model on meta; then the batch plans for them.
   ShardedJob job = open_watched_job(world, d);
   const c10::Device device = job.device;
   c10::OptionalDeviceGuard device_guard(device.is_cuda() ? c10::optional<c10::Device>(device) : c10::nullopt);
   plan_run_batches(rs, d, job, world);
   const TrainerSettings& s = rs.loop;
-  const RunDirs run_dirs = claim_outputs(d, rs, rt.rank(), world);
+  const ckpt::RunDirs run_dirs = claim_outputs(d, rs, rt.rank(), world);
   const TrainingData data = open_training_data(rs, job.spec, rt.rank(), rt.size(), world);
 
   // The sharded model and its optimizer; throughput and the start-up lines.
@@ -405,13 +406,14 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
   Validator validator(*job.net, *data.source, metrics, s.val_every, s.val_batches, static_cast<int>(rs.batch.grad_accum),
                       s.max_steps, device, world);
   TextSampler sampler(s, *job.net, device, start.resumed_step, world);
-  Checkpointer checkpointer(ckpts, engine, optimizer, info, SaveSchedule(s.every_steps, s.every_minutes, rt.rank(), world),
+  Checkpointer checkpointer(ckpts, engine, optimizer, info, SaveSchedule(s.every_steps, s.every_minutes, rt.rank()),
                             rs.batch.global_batch, s.seed, device, start.resumed_step, world);
   checkpointer.record_guarantee(guarantee);
   checkpointer.record_data_identity(data.identity);
   if (!start.data_change.empty()) metrics.log_event(start.resumed_step, "data_changed", start.data_change);
-  const StepParts step{engine, optimizer, *job.net, *data.source, rs.schedule, rs.leaves, divergence,
-                       rs.batch.grad_accum, s.seed, s.grad_clip, device, world, rt.rank(), rt.size()};
+  const StepAgreement agree(world, checkpointer.schedule());
+  const StepParts step{engine, optimizer, *job.net, *data.source, rs.schedule, rs.leaves, divergence, agree,
+                       rs.batch.grad_accum, s.seed, s.grad_clip, device, rt.rank(), rt.size()};
 
   // The loop.
   LoopPosition pos = start.pos;
@@ -428,7 +430,7 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d) {
     }
     validator.after_step(pos.step);
     sampler.after_step(pos.step);
-    if (checkpointer.after_step(pos, training_finished(s, pos))) {
+    if (checkpointer.after_step(pos, training_finished(s, pos), r.agreed)) {
       exit_code = kExitCheckpointed;
       break;
     }

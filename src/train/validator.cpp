@@ -4,8 +4,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
-#include "shardtrain/runtime/blocking_region.h"
-#include "shardtrain/util/mpi_check.h"
+#include <vector>
+
+#include "shardtrain/runtime/exchange.h"
 
 namespace shardtrain::train {
 
@@ -35,9 +36,8 @@ void Validator::after_step(int64_t step) {
       if (data_.classification()) sums[2] += flat.argmax(-1).eq(tgt).sum().item<double>();
     }
   }
-  double tot[3];
-  runtime::BlockingRegion region(world_, "validate.sum");
-  ST_MPI_CHECK(MPI_Allreduce(sums, tot, 3, MPI_DOUBLE, MPI_SUM, world_));
+  std::vector<double> tot(sums, sums + 3);
+  runtime::sum(world_, tot, "validate.sum");
   if (tot[1] == 0) return;
   loss_ = tot[0] / tot[1];
   acc_ = data_.classification() ? std::optional<double>(tot[2] / tot[1]) : std::nullopt;

@@ -9,6 +9,9 @@
 #          of group 'world' is reported
 #   async  the same with checkpoint.async=true: region 'save.create' of group 'checkpoint writer'
 #          (the background writer's communicator)
+#   agree  in a step's agreement: rank 3 pauses just before step 1's (SHARDTRAIN_TEST_PAUSE_IN=
+#          step.agree:3) while the others wait in it; the report names the agreement, 'step.agree'
+#          of group 'world' (runtime/exchange.h names every exchange by construction)
 #   outer  during a DiLoCo outer sync: rank 3 pauses before step 8's (SHARDTRAIN_TEST_PAUSE=
 #          outer_sync:8:3) while node 1's ranks wait in their replicate groups' averages; a
 #          replicate group is reported; then the job resumes from step 6's checkpoint and ends
@@ -151,6 +154,20 @@ for mode in sync async; do
   reset_nodes
 done
 
+note "agree: node 2's link cut while rank 3 holds back a step's agreement"
+export SHARDTRAIN_TEST_PAUSE_IN=step.agree:3 SHARDTRAIN_TEST_PAUSE_MARKER=$T/agree.paused
+job agree train.max_steps=4
+unset SHARDTRAIN_TEST_PAUSE_IN SHARDTRAIN_TEST_PAUSE_MARKER
+BG_PID=$JOB_PID wait_file "$T/agree.paused" 120
+victim=$(cat "$T/agree.paused")
+ip netns pids "stc-$SHARDTRAIN_CLUSTER-n2" | grep -qx "$victim" || fail "agree: the paused rank (pid $victim) is not on $N2"
+sleep 1   # the other ranks are in step 1's agreement, waiting for rank 3
+cut_link
+rm -f "$T/agree.paused"   # rank 3 goes on into the agreement, and blocks there too
+wait_job agree
+check_report agree "in group 'world' .*region step\.agree"
+reset_nodes
+
 note "outer: node 2's link cut during a DiLoCo outer sync; the job then resumes from its last checkpoint"
 # hybrid_shard over the 2 real nodes (a replica per node), H = 4, a checkpoint every 2 steps. The
 # reference runs 10 steps uninterrupted. Then rank 3 (node 2) holds back at step 8's outer sync
@@ -188,4 +205,4 @@ diff "$T/outer-ref.steps" "$T/outer.steps" || fail "outer: the resumed job's ste
 same_params "$(ckpt_file "$T/outer-ref" 10)" "$(ckpt_file "$T/outer" 10)"
 note "outer: resumed from step 6 and ended as the uninterrupted job did"
 
-note "OK: a cut mid-step, mid-checkpoint (sync), mid-checkpoint (async) and during a DiLoCo outer sync each ended the job with exit 3 (the last one resumed exactly) in $((SECONDS - T0)) s"
+note "OK: a cut mid-step, mid-checkpoint (sync), mid-checkpoint (async), in a step's agreement and during a DiLoCo outer sync each ended the job with exit 3 (the last one resumed exactly) in $((SECONDS - T0)) s"

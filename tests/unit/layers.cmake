@@ -43,3 +43,13 @@ shardtrain_layer_check(layers_model_io_cannot_include_probe shardtrain::model_io
 shardtrain_layer_check(layers_model_io_includes_train shardtrain::model_io shardtrain/train/job.h compiles)
 shardtrain_layer_check(layers_probe_cannot_include_model_io shardtrain::probe shardtrain/model_io/import.h fails)
 shardtrain_layer_check(layers_probe_includes_train shardtrain::probe shardtrain/train/alloc_tracker.h compiles)
+
+# One way to talk to the other ranks (docs/comm.md, "Exchanges"): no raw MPI communication call
+# (collective or point-to-point) in src/ or include/ outside comm and runtime; a grep in CMake,
+# no compile. The planted fixture proves the check fails on one (a call, and one split over lines).
+add_test(NAME layers_no_raw_mpi COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -P ${CMAKE_CURRENT_LIST_DIR}/no_raw_mpi/check.cmake)
+set_tests_properties(layers_no_raw_mpi PROPERTIES LABELS "unit;layers" TIMEOUT 60)
+add_test(NAME layers_no_raw_mpi_planted
+  COMMAND ${CMAKE_COMMAND} -DROOT=${CMAKE_CURRENT_LIST_DIR}/no_raw_mpi/planted -P ${CMAKE_CURRENT_LIST_DIR}/no_raw_mpi/check.cmake)
+set_tests_properties(layers_no_raw_mpi_planted PROPERTIES LABELS "unit;layers" TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "src/train/planted.cpp:7: MPI_Allreduce.*src/train/planted.cpp:12: MPI_Send")

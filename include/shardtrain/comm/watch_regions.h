@@ -16,6 +16,10 @@ namespace shardtrain::comm {
 class RegionWatch {
  public:
   virtual ~RegionWatch() = default;
+  // A new timeout for the regions entered from now on (not collective; every rank sets the
+  // same). `train` watches the world from before its deck is read (the deck's own agreement,
+  // under the schema's default comm.timeout_s), then sets the deck's.
+  virtual void set_timeout(double timeout_s) = 0;
 };
 std::unique_ptr<RegionWatch> watch_regions(MPI_Comm comm, const std::string& name, double timeout_s);
 

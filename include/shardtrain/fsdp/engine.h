@@ -10,6 +10,7 @@
 
 #include "shardtrain/comm/comm.h"
 #include "shardtrain/fsdp/flat_param.h"
+#include "shardtrain/fsdp/limits.h"
 #include "shardtrain/fsdp/options.h"
 #include "shardtrain/fsdp/wrap.h"
 
@@ -33,17 +34,6 @@ struct EngineComms {
   // (Compression::secondary_shards); nullptr otherwise.
   comm::Comm* node = nullptr;
 };
-
-// Reduce-scatters of finished units kept in flight during backward: each holds its unit's
-// unsharded gradient buffer (input) and its shard (output) until retired; issuing one more first
-// retires the oldest. The memory planner's bound on pending reductions.
-inline constexpr size_t kMaxPendingReductions = 2;
-// Device->host gradient copies kept in flight under cpu_offload.
-inline constexpr size_t kMaxPendingCopies = 4;
-
-// clip_grad_norm squares gradients in fp64 this many elements at a time (its only scratch
-// memory: 8 bytes per element of one chunk).
-inline constexpr int64_t kNormChunkElems = int64_t{1} << 20;
 
 // Bytes by category on this rank, from the engine's own bookkeeping.
 struct MemoryStats {

@@ -43,11 +43,10 @@ LeafPlan plan_leaves(const deck::Deck& d, int world, int rank, int group, bool n
 nlohmann::json reproducibility_guarantee(const LeafPlan& p, int64_t micro_batch, int threads, const std::string& device,
                                          const std::string& bf16_gemm = "");
 
-// The global batch's mean loss from this rank's leaf losses (micro-batch order): gathered
-// from every rank and summed in leaf order, so the same bits at every world size. Collective.
-double mean_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_Comm world);
-// The same sum in leaf order, not divided by the leaves (instruction data divides by the global
-// batch's counted targets instead). Collective.
+// The global batch's loss sum from this rank's leaf losses (micro-batch order): gathered from
+// every rank ("step.leaf_losses") and added in leaf order, so the same bits at every world size;
+// the mean divides by the leaves, instruction data by the global batch's counted targets.
+// Collective (StepAgreement::leaf_loss_sum).
 double sum_over_leaves(const std::vector<double>& mine, const LeafPlan& p, MPI_Comm world);
 
 // Lines for the resume notes: each field of `saved` that differs from `now` ("" when all agree).

@@ -1,27 +1,20 @@
 // claim_run_dirs: locks, the run id decision, moving another run's files aside (rank 0).
-#include "shardtrain/train/run_dirs.h"
+#include "shardtrain/ckpt/run_dirs.h"
 
 #include <filesystem>
 #include <map>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/run_dir.h"
 #include "shardtrain/runtime/agree.h"
-#include "shardtrain/runtime/blocking_region.h"
+#include "shardtrain/runtime/exchange.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/mpi_check.h"
 
 namespace fs = std::filesystem;
 
-namespace shardtrain::train {
+namespace shardtrain::ckpt {
 namespace {
-
-void bcast(std::string& s, MPI_Comm world) {
-  int64_t n = static_cast<int64_t>(s.size());
-  runtime::BlockingRegion region(world, "setup.run_dirs");
-  ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
-  s.resize(static_cast<size_t>(n));
-  ST_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, world));
-}
 
 void make_dir(const std::string& dir, const char* key) {
   std::error_code ec;
@@ -35,10 +28,10 @@ bool same_dir(const std::string& a, const std::string& b) {
   return fs::equivalent(a, b, ec);
 }
 
-std::string label_of(const ckpt::StepFile& f) { return f.run_id.empty() ? "no-run-id" : f.run_id; }
+std::string label_of(const StepFile& f) { return f.run_id.empty() ? "no-run-id" : f.run_id; }
 
 // "3 checkpoints of run X (newest step_12.h5)" for the error message.
-std::string describe(const std::vector<ckpt::StepFile>& files) {
+std::string describe(const std::vector<StepFile>& files) {
   std::map<std::string, int> per_run;
   for (const auto& f : files) ++per_run[f.readable ? label_of(f) : "unreadable"];
   std::string s = std::to_string(files.size()) + " checkpoint" + (files.size() == 1 ? "" : "s") + " (";
@@ -71,7 +64,7 @@ std::vector<std::string> run_outputs(const std::string& out_dir, const std::stri
 // path as checkpoint.dir has in out_dir, by default checkpoints/). A checkpoint.dir outside
 // out_dir keeps its own <checkpoint.dir>/previous-runs/<run id>/ (a rename cannot cross file
 // systems). `latest` and run.json go with the directory's run, `owner`.
-void move_previous_runs(const RunDirsRequest& req, const std::string& owner, const std::vector<ckpt::StepFile>& files,
+void move_previous_runs(const RunDirsRequest& req, const std::string& owner, const std::vector<StepFile>& files,
                         const std::vector<std::string>& outputs, RunDirs& out) {
   std::map<std::string, std::vector<std::string>> groups;
   for (const auto& f : files) groups[label_of(f)].push_back(f.path);
@@ -83,15 +76,15 @@ void move_previous_runs(const RunDirsRequest& req, const std::string& owner, con
   const bool inside = !rel.empty() && *rel.begin() != "..";
   groups[owner];  // the owner's folder also receives the outputs
   for (auto& [label, paths] : groups) {
-    const std::string to = ckpt::fresh_previous_run_dir(req.out_dir, label);
-    std::string ckpt_to = !inside ? ckpt::fresh_previous_run_dir(req.checkpoint_dir, label)
+    const std::string to = fresh_previous_run_dir(req.out_dir, label);
+    std::string ckpt_to = !inside ? fresh_previous_run_dir(req.checkpoint_dir, label)
                                   : (rel == "." ? to : (fs::path(to) / rel).string());
     if (label == owner && !outputs.empty()) {
-      ckpt::move_into(to, outputs);
+      move_into(to, outputs);
       out.notes += "# moved the previous run " + label + "'s outputs to " + to + "\n";
     }
     if (!paths.empty()) {
-      ckpt::move_into(ckpt_to, paths);
+      move_into(ckpt_to, paths);
       out.notes += "# moved " + std::to_string(paths.size()) + " checkpoint file(s) of run " + label + " to " + ckpt_to +
                    " (checkpoint.previous_run = move_aside)\n";
     }
@@ -111,12 +104,12 @@ RunDirs claim_run_dirs(const RunDirsRequest& req, MPI_Comm world) {
     if (rank != 0) return;
     make_dir(req.out_dir, "run.out_dir");
     make_dir(req.checkpoint_dir, "checkpoint.dir");
-    out.locks.push_back(ckpt::DirLock::acquire(req.out_dir, "run.out_dir"));
+    out.locks.push_back(DirLock::acquire(req.out_dir, "run.out_dir"));
     if (!same_dir(req.out_dir, req.checkpoint_dir))
-      out.locks.push_back(ckpt::DirLock::acquire(req.checkpoint_dir, "checkpoint.dir"));
+      out.locks.push_back(DirLock::acquire(req.checkpoint_dir, "checkpoint.dir"));
 
-    const std::optional<ckpt::RunRecord> record = ckpt::read_run_record(req.checkpoint_dir);
-    const std::vector<ckpt::StepFile> files = ckpt::list_step_files(req.checkpoint_dir);
+    const std::optional<RunRecord> record = read_run_record(req.checkpoint_dir);
+    const std::vector<StepFile> files = list_step_files(req.checkpoint_dir);
     bool start_new = false;
     std::string why_new;
     if (req.resume == "auto") {
@@ -139,7 +132,7 @@ RunDirs claim_run_dirs(const RunDirsRequest& req, MPI_Comm world) {
           out.run_id = ckpt::new_run_id();
           out.new_run = true;
         }
-        ckpt::write_run_record(req.checkpoint_dir, ckpt::this_process_record(out.run_id));
+        write_run_record(req.checkpoint_dir, this_process_record(out.run_id));
       }
     } else if (req.resume == "never") {
       start_new = true;
@@ -168,16 +161,13 @@ RunDirs claim_run_dirs(const RunDirsRequest& req, MPI_Comm world) {
     if (req.previous_run == "move_aside" && (!files.empty() || !outputs.empty()))
       move_previous_runs(req, record ? record->run_id : files.empty() ? "no-run-id" : label_of(files.front()), files,
                          outputs, out);
-    ckpt::write_run_record(req.checkpoint_dir, ckpt::this_process_record(out.run_id));
+    write_run_record(req.checkpoint_dir, this_process_record(out.run_id));
   });
-  bcast(out.run_id, world);
-  bcast(out.resume, world);
-  bcast(out.notes, world);
-  int fresh = out.new_run;
-  runtime::BlockingRegion region(world, "setup.run_dirs");
-  ST_MPI_CHECK(MPI_Bcast(&fresh, 1, MPI_INT, 0, world));
-  out.new_run = fresh != 0;
+  runtime::broadcast(world, out.run_id, 0, "setup.run_dirs");
+  runtime::broadcast(world, out.resume, 0, "setup.run_dirs");
+  runtime::broadcast(world, out.notes, 0, "setup.run_dirs");
+  runtime::broadcast(world, out.new_run, 0, "setup.run_dirs");
   return out;
 }
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::ckpt

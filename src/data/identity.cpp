@@ -1,5 +1,5 @@
 // data_identity / data_identity_differences: see data_identity.h.
-#include "data_identity.h"
+#include "shardtrain/data/identity.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 
 #include "shardtrain/util/error.h"
 
-namespace shardtrain::train {
+namespace shardtrain::data {
 namespace {
 
 constexpr int64_t kSpan = int64_t{1} << 20;  // digest the first and the last MiB
@@ -105,4 +105,4 @@ std::string data_identity_differences(const std::string& saved_text, const std::
   return out;
 }
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::data

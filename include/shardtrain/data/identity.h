@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-namespace shardtrain::train {
+namespace shardtrain::data {
 
 // JSON text: for a dataset directory, each regular *.bin and *.json file directly in it (the
 // split files and meta.json of a token dataset, the files of an image dataset) with its size
@@ -17,4 +17,4 @@ std::string data_identity(const std::string& dataset_dir);
 // "meta.json: missing now").
 std::string data_identity_differences(const std::string& saved, const std::string& now);
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::data

@@ -10,7 +10,7 @@
 
 #include "shardtrain/ckpt/run_dir.h"
 
-namespace shardtrain::train {
+namespace shardtrain::ckpt {
 
 struct RunDirsRequest {
   std::string out_dir, checkpoint_dir;
@@ -24,7 +24,7 @@ struct RunDirs {
   bool new_run = false;  // a fresh id (nothing of this run in the directory before)
   std::string resume;    // the resume request to hand to CheckpointManager::find_resume
   std::string notes;     // lines for rank 0 to print
-  std::vector<std::unique_ptr<ckpt::DirLock>> locks;  // rank 0; held for the job's life
+  std::vector<std::unique_ptr<DirLock>> locks;  // rank 0; held for the job's life
 };
 
 // Collective over world; run_agreed inside (UserError on every rank, exit 2, when a
@@ -41,4 +41,4 @@ struct RunDirs {
 // `latest`, run.json and out_dir's metrics/summary move to previous-runs/<run id>/ first.
 RunDirs claim_run_dirs(const RunDirsRequest& req, MPI_Comm world);
 
-}  // namespace shardtrain::train
+}  // namespace shardtrain::ckpt
