@@ -39,9 +39,13 @@ Usage:
       a PEFT adapter directory for that model (B random, non-zero). PATTERNs are shardtrain
       parameter-name patterns (a substring, or an fnmatch glob when it holds * ? [) matched
       against the base's parameter names; the config lists the matched modules' full names.
-  peft_reference.py loss MODEL_DIR ADAPTER_DIR DATASET_DIR SEQ
+  peft_reference.py loss MODEL_DIR ADAPTER_DIR DATASET_DIR SEQ [--base-nf4 BLOCK [--nf4-double-quant]]
       mean next-token cross-entropy of base + adapter over the val split's non-overlapping
-      windows (hf_models.py's `loss`, run on the adapted model; counted targets when masked)
+      windows (hf_models.py's `loss`, run on the adapted model; counted targets when masked).
+      --base-nf4 (QLoRA, also for `step`): every linear weight of the blocks goes through NF4
+      first (nf4_reference.py: bitsandbytes' quantize_4bit / dequantize_4bit "nf4" in blocks of
+      BLOCK values, --nf4-double-quant with its double-quantized statistics) and is computed
+      with dequantized in the computation's dtype; embeddings, norms, head and biases as stored
   peft_reference.py step MODEL_DIR ADAPTER_DIR DATASET_DIR SEQ --lr LR --weight-decay WD
         --beta1 B1 --beta2 B2 --eps E [--clip C] [--no-decay PATTERN,...] [--float64] OUT_ADAPTER_DIR
       one full-batch step over every training item: the mean cross-entropy, its gradient w.r.t.
@@ -370,11 +374,31 @@ def random_adapter(model_dir, out_dir, r, alpha, rslora, targets, mts_patterns, 
 
 # ---- the adapted model ----
 
-def build(model_dir, adapter, dtype=torch.float32, trainable=False):
+# QLoRA's base: every linear weight of the blocks (model.layers.N.*.weight with two dimensions)
+# stored as NF4 codes of blocks of `nf4_block` values (bitsandbytes' quantize_4bit "nf4",
+# optionally with its double-quantized statistics) and computed with in `dtype`; embeddings,
+# norms, the head and biases stay as they are (bitsandbytes' load_in_4bit skips lm_head).
+_BLOCK_LINEAR = re.compile(r"^model\.layers\.\d+\..+\.weight$")
+
+
+def nf4_round_trip(w, block, double_quant, dtype):
+    import nf4_reference as nf4
+    packed, absmax = nf4.quantize_nf4(w, block)
+    if double_quant:
+        absmax = nf4.dequantize_absmax(*nf4.quantize_absmax(absmax))
+    return nf4.dequantize_nf4(packed, absmax, w.numel(), block, dtype).reshape(w.shape)
+
+
+def build(model_dir, adapter, dtype=torch.float32, trainable=False, nf4_block=None, nf4_double_quant=False):
     """hf_models' Reference with the adapter in: LoRA factors on the targets, the modules_to_save
-    copies in place of the originals. Returns (model, the trainable tensors by name)."""
+    copies in place of the originals; with nf4_block, the blocks' linear weights through NF4 (QLoRA).
+    Returns (model, the trainable tensors by name)."""
     ref = hm.Reference(model_dir)
-    p = LoraParams({k: v.to(dtype) for k, v in ref.p.items()})
+    def base(k, v):
+        if nf4_block and v.dim() == 2 and _BLOCK_LINEAR.match(k) and k not in adapter.saved:
+            return nf4_round_trip(v, nf4_block, nf4_double_quant, dtype)
+        return v.to(dtype)
+    p = LoraParams({k: base(k, v) for k, v in ref.p.items()})
     train = {}
     for pname, t in adapter.saved.items():
         p[pname] = t.detach().to(dtype).clone().requires_grad_(trainable)
@@ -438,9 +462,9 @@ def windows_loss(model, tokens, mask, seq, backward=False):
     return total, counted, n
 
 
-def adapter_loss(model_dir, adapter_dir, dataset, seq):
+def adapter_loss(model_dir, adapter_dir, dataset, seq, nf4_block=None, nf4_double_quant=False):
     adapter = read_adapter(adapter_dir, model_dir)
-    model, _ = build(model_dir, adapter)
+    model, _ = build(model_dir, adapter, nf4_block=nf4_block, nf4_double_quant=nf4_double_quant)
     tokens, mask = read_split(dataset, "val")
     if mask is None:
         with reference_is(model):
@@ -450,12 +474,14 @@ def adapter_loss(model_dir, adapter_dir, dataset, seq):
     return total / counted if counted else 0.0
 
 
-def step(model_dir, adapter_dir, dataset, seq, lr, wd, b1, b2, eps, clip, no_decay, out_dir, float64=False):
+def step(model_dir, adapter_dir, dataset, seq, lr, wd, b1, b2, eps, clip, no_decay, out_dir, float64=False,
+         nf4_block=None, nf4_double_quant=False):
     adapter = read_adapter(adapter_dir, model_dir)
     dtype = torch.float64 if float64 else torch.float32
     ctx = float64_semantics() if float64 else contextlib.nullcontext()
     with ctx:
-        model, train = build(model_dir, adapter, dtype=dtype, trainable=True)
+        model, train = build(model_dir, adapter, dtype=dtype, trainable=True, nf4_block=nf4_block,
+                             nf4_double_quant=nf4_double_quant)
         tokens, mask = read_split(dataset, "train")
         total, counted, n = windows_loss(model, tokens, mask, seq, backward=True)
     loss = total / counted if counted else 0.0
@@ -743,14 +769,20 @@ def main(argv):
     p.add_argument("--targets", default="all-linear")
     p.add_argument("--modules-to-save", default=None)
     p.add_argument("--seed", type=int, default=0)
+    def nf4_options(p):
+        p.add_argument("--base-nf4", type=int, default=None, metavar="BLOCK",
+                       help="QLoRA: the blocks' linear weights through NF4 with blocks of BLOCK values")
+        p.add_argument("--nf4-double-quant", action="store_true", help="with --base-nf4: double-quantized statistics")
     p = sub.add_parser("loss")
     for a in ("model_dir", "adapter_dir", "dataset_dir"):
         p.add_argument(a)
     p.add_argument("seq", type=int)
+    nf4_options(p)
     p = sub.add_parser("step")
     for a in ("model_dir", "adapter_dir", "dataset_dir"):
         p.add_argument(a)
     p.add_argument("seq", type=int)
+    nf4_options(p)
     p.add_argument("out_adapter_dir")
     for a in ("--lr", "--weight-decay", "--beta1", "--beta2", "--eps"):
         p.add_argument(a, type=float, required=True)
@@ -773,12 +805,13 @@ def main(argv):
         random_adapter(args.model_dir, args.out_dir, args.r, alpha, args.rslora, args.targets, args.modules_to_save,
                        args.seed)
     elif args.cmd == "loss":
-        print(repr(adapter_loss(args.model_dir, args.adapter_dir, args.dataset_dir, args.seq)))
+        print(repr(adapter_loss(args.model_dir, args.adapter_dir, args.dataset_dir, args.seq, args.base_nf4,
+                                args.nf4_double_quant)))
     elif args.cmd == "step":
         no_decay = [s for s in args.no_decay.split(",") if s]
         loss, norm, n, counted, _ = step(args.model_dir, args.adapter_dir, args.dataset_dir, args.seq, args.lr,
                                       args.weight_decay, args.beta1, args.beta2, args.eps, args.clip, no_decay,
-                                      args.out_adapter_dir, args.float64)
+                                      args.out_adapter_dir, args.float64, args.base_nf4, args.nf4_double_quant)
         print(f"loss_before {loss!r}")
         print(f"grad_norm {norm!r}")
         print(f"items {n}")
