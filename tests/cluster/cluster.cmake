@@ -38,7 +38,7 @@ endif()
 # link of a 2-node cluster mid-step, mid-checkpoint (synchronous) and mid-checkpoint (asynchronous),
 # each time under the shipped jobscripts/run-training.sh with mpirun, and checks exit 3, the
 # watchdog's report (from node 1, naming node 2's ranks and host) and the time from the cut
-# (comm.timeout_s + 60 s at most; a hang fails there). ~1.5 minutes on 2 cores. RESOURCE_LOCK: one
+# (comm.timeout_s + 60 s at most; a hang fails there); a fourth cut in a step's agreement (the report names step.agree). ~3.5 minutes on 2 busy cores. RESOURCE_LOCK: one
 # test cluster at a time on this machine's cores. Skipped (exit 77) where namespaces cannot be made.
 if(TARGET shardtrain)
   add_test(NAME cluster_netcut
