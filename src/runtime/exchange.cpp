@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 #include <thread>
+#include <utility>
 
 #include "shardtrain/runtime/blocking_region.h"
 #include "shardtrain/util/error.h"
@@ -18,6 +19,7 @@ template <> MPI_Datatype mpi_type<int>() { return MPI_INT; }
 template <> MPI_Datatype mpi_type<int64_t>() { return MPI_INT64_T; }
 template <> MPI_Datatype mpi_type<uint64_t>() { return MPI_UINT64_T; }
 template <> MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+template <> MPI_Datatype mpi_type<char>() { return MPI_CHAR; }
 
 int count_of(size_t n, const char* name) {
   ST_CHECK(n <= static_cast<size_t>(std::numeric_limits<int>::max()), name, ": ", n, " elements in one exchange");
@@ -64,6 +66,28 @@ std::vector<int> displacements(const std::vector<int>& counts, const char* name)
   }
   count_of(static_cast<size_t>(at), name);
   return d;
+}
+
+// Every rank's `n` values of T on root, one rank's after the other, and their counts (both
+// empty on the other ranks): MPI_Gather of the lengths, then MPI_Gatherv.
+template <typename T>
+std::pair<std::vector<T>, std::vector<int>> gather_v(MPI_Comm comm, int root, const T* mine, size_t count,
+                                                     const char* name) {
+  const int size = size_of(comm);
+  int rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  int n = count_of(count, name);
+  std::vector<int> counts(rank == root ? static_cast<size_t>(size) : 0, 0);
+  BlockingRegion region(comm, name);
+  ST_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, root, comm));
+  std::vector<int> displs;
+  std::vector<T> all;
+  if (rank == root) {
+    displs = displacements(counts, name);
+    all.resize(static_cast<size_t>(displs.back()) + static_cast<size_t>(counts.back()));
+  }
+  ST_MPI_CHECK(MPI_Gatherv(mine, n, mpi_type<T>(), all.data(), counts.data(), displs.data(), mpi_type<T>(), root, comm));
+  return {std::move(all), std::move(counts)};
 }
 
 }  // namespace
@@ -146,41 +170,13 @@ std::vector<std::string> all_gather_bytes(MPI_Comm comm, const std::string& mine
 }
 
 std::vector<std::string> gather_to(MPI_Comm comm, int root, const std::string& mine, const char* name) {
-  const int size = size_of(comm);
-  int rank = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  int n = count_of(mine.size(), name);
-  std::vector<int> counts(rank == root ? static_cast<size_t>(size) : 0, 0);
-  BlockingRegion region(comm, name);
-  ST_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, root, comm));
-  std::vector<int> displs;
-  std::vector<char> all;
-  if (rank == root) {
-    displs = displacements(counts, name);
-    all.resize(static_cast<size_t>(displs.back()) + static_cast<size_t>(counts.back()));
-  }
-  ST_MPI_CHECK(MPI_Gatherv(mine.data(), n, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, root, comm));
-  if (rank != root) return {};
+  auto [all, counts] = gather_v(comm, root, mine.data(), mine.size(), name);
+  if (counts.empty()) return {};
   return split(all, counts);
 }
 
 std::vector<double> gather_to(MPI_Comm comm, int root, const std::vector<double>& mine, const char* name) {
-  const int size = size_of(comm);
-  int rank = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  int n = count_of(mine.size(), name);
-  std::vector<int> counts(rank == root ? static_cast<size_t>(size) : 0, 0);
-  BlockingRegion region(comm, name);
-  ST_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, root, comm));
-  std::vector<int> displs;
-  std::vector<double> all;
-  if (rank == root) {
-    displs = displacements(counts, name);
-    all.resize(static_cast<size_t>(displs.back()) + static_cast<size_t>(counts.back()));
-  }
-  ST_MPI_CHECK(
-      MPI_Gatherv(mine.data(), n, MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE, root, comm));
-  return all;
+  return gather_v(comm, root, mine.data(), mine.size(), name).first;
 }
 
 void barrier(MPI_Comm comm, const char* name) {
