@@ -1,5 +1,6 @@
 // GPT2: Hugging Face GPT-2 (Conv1D projections, tanh GELU, tied LM head), see gpt2.h.
 #include "shardtrain/model/gpt2.h"
+#include "layer_norm_block_training.h"
 #include "shardtrain/model/bf16_gemm.h"
 
 #include <ATen/ATen.h>
@@ -118,22 +119,11 @@ ActivationBytes GPT2::activation_bytes(const CostQuery& q) const {
                                              "transformer.h.0.ln_1.weight");
   const int64_t b = x.b, nd = x.nd();
   const double lora_dropout = s.finetune.lora.dropout;
-  auto norm_trains = [](const torch::nn::Module& m, const std::string& ln) {
-    return param_trains(m, ln + ".weight") || param_trains(m, ln + ".bias");
-  };
   std::vector<LayerNormBlockTraining> t;
-  for (const auto& blk : transformer_->blocks) {
-    LayerNormBlockTraining bt;
-    bt.ln1 = norm_trains(*blk, "ln_1");
-    bt.ln2 = norm_trains(*blk, "ln_2");
-    bt.attn_in = linear_training(*blk, "attn.c_attn", lora_dropout);
-    bt.attn_out = linear_training(*blk, "attn.c_proj", lora_dropout);
-    bt.mlp_in = linear_training(*blk, "mlp.c_fc", lora_dropout);
-    bt.mlp_out = linear_training(*blk, "mlp.c_proj", lora_dropout);
-    t.push_back(bt);
-  }
+  for (const auto& blk : transformer_->blocks)
+    t.push_back(layer_norm_block_training(*blk, {"ln_1", "ln_2", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}, lora_dropout));
   const bool wte = param_trains(*this, "transformer.wte.weight"), wpe = param_trains(*this, "transformer.wpe.weight");
-  const bool lnf = norm_trains(*this, "transformer.ln_f");
+  const bool lnf = layer_norm_trains(*this, "transformer.ln_f");
   ActivationBytes a;
   a.embedding_trains = wte || wpe;
   a.grad_in = b * nd;

@@ -1,5 +1,6 @@
 // ViT: Vision Transformer classifier with timm parameter names, see vit.h.
 #include "shardtrain/model/vit.h"
+#include "layer_norm_block_training.h"
 #include "shardtrain/model/bf16_gemm.h"
 
 #include <ATen/ATen.h>
@@ -140,24 +141,13 @@ ActivationBytes ViT::activation_bytes(const CostQuery& q) const {
   const int64_t b = x.b, B = x.B, d = s.d_model, nd = x.nd();
   const int64_t image = s.channels * s.image_size * s.image_size;
   const double lora_dropout = s.finetune.lora.dropout;
-  auto norm_trains = [](const torch::nn::Module& m, const std::string& ln) {
-    return param_trains(m, ln + ".weight") || param_trains(m, ln + ".bias");
-  };
   std::vector<LayerNormBlockTraining> t;
-  for (const auto& blk : blocks_) {
-    LayerNormBlockTraining bt;
-    bt.ln1 = norm_trains(*blk, "norm1");
-    bt.ln2 = norm_trains(*blk, "norm2");
-    bt.attn_in = linear_training(*blk, "attn.qkv", lora_dropout);
-    bt.attn_out = linear_training(*blk, "attn.proj", lora_dropout);
-    bt.mlp_in = linear_training(*blk, "mlp.fc1", lora_dropout);
-    bt.mlp_out = linear_training(*blk, "mlp.fc2", lora_dropout);
-    t.push_back(bt);
-  }
+  for (const auto& blk : blocks_)
+    t.push_back(layer_norm_block_training(*blk, {"norm1", "norm2", "attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"}, lora_dropout));
   const bool proj = param_trains(*this, "patch_embed.proj.weight");
   const bool embed_rg = proj || param_trains(*this, "patch_embed.proj.bias") || param_trains(*this, "cls_token") ||
                         param_trains(*this, "pos_embed");
-  const bool lnf = norm_trains(*this, "norm"), head = param_trains(*this, "head.weight");
+  const bool lnf = layer_norm_trains(*this, "norm"), head = param_trains(*this, "head.weight");
   ActivationBytes a;
   a.embedding_trains = embed_rg;
   a.grad_in = b * nd;
