@@ -60,6 +60,9 @@ BaseIdentity frozen_identity(fsdp::Engine& engine, MPI_Comm world, const std::st
   BaseIdentity b;
   b.source = source;
   b.dtype = fsdp::dtype_name(engine.options().mp.param_dtype);
+  // QLoRA: the digests are of the NF4 weights dequantized, as the run computes with them.
+  const fsdp::Nf4Base& q = engine.options().nf4;
+  if (q.on()) b.dtype += " with nf4 linear weights (block " + std::to_string(q.block) + (q.double_quant ? ", double-quantized)" : ")");
   // The frozen flats as a snapshot (fp32 host copies of their shards), split among the ranks
   // that hold each element as a checkpoint's writes are.
   Snapshot snap;
@@ -69,7 +72,7 @@ BaseIdentity frozen_identity(fsdp::Engine& engine, MPI_Comm world, const std::st
     const fsdp::FlatParam& fp = *flats[i];
     if (!fp.frozen()) continue;
     FlatView v = flat_view(fp, i);
-    hold.push_back(fp.master().to(at::kCPU, at::kFloat).contiguous());
+    hold.push_back(fp.shard_values().to(at::kCPU, at::kFloat).contiguous());
     v.master = hold.back().data_ptr<float>();
     snap.flats.push_back(std::move(v));
   }

@@ -330,10 +330,10 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
                        [&](const fsdp::ParamSlot& s) { return file_name.count(&s) > 0; }))
         continue;  // nothing of this flat is read
       const int64_t sb = static_cast<int64_t>(fp->shard_rank()) * fp->shard_numel(), se = sb + fp->shard_numel();
-      // Shards in device memory, or frozen ones kept in bf16/fp16: read into an fp32 host copy (its
-      // padding stays as it was), copy back.
-      const bool on_host = fp->master().device().is_cpu() && fp->master().scalar_type() == at::kFloat;
-      at::Tensor host = on_host ? fp->write_master() : fp->master().to(at::kCPU, at::kFloat);
+      // Shards in device memory, frozen ones kept in bf16/fp16 and NF4 ones: read into an fp32 host
+      // copy (its padding stays as it was), written back (NF4: quantized, one flat at a time).
+      const bool on_host = !fp->nf4() && fp->master().device().is_cpu() && fp->master().scalar_type() == at::kFloat;
+      at::Tensor host = on_host ? fp->write_master() : fp->shard_values().to(at::kCPU, at::kFloat);
       float* master = host.data_ptr<float>();
       for (const auto& s : fp->slots()) {
         int64_t a = std::max(sb, s.offset), b = std::min(se, s.offset + s.numel);
@@ -368,9 +368,10 @@ void load_safetensors(const std::string& path, fsdp::Engine& engine, MPI_Comm wo
                           std::to_string(bad) + " in this rank's part, the first at flat index " +
                           std::to_string(first) + ")");
       }
-      if (!on_host) fp->write_master().copy_(host);
+      if (!on_host) fp->write_values(host);
     }
   });
+  engine.finish_nf4();  // NF4 statistics double-quantized over the shard groups (after every read succeeded)
 }
 
 }  // namespace shardtrain::ckpt

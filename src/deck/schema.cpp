@@ -243,6 +243,19 @@ std::vector<KeySpec> build_schema() {
         "a PEFT adapter directory (adapter_config.json + adapter_model.safetensors, e.g. from the hub or `ckpt export "
         "--format peft`) whose adapters start a fresh run; its rank, targets and scale must be this deck's; "" = "
         "PEFT's initialisation from run.seed"),
+    Str("lora.base_dtype", "param_dtype",
+        "how the frozen base's linear weights in the blocks are stored (QLoRA): param_dtype (as fsdp.param_dtype), or "
+        "nf4: bitsandbytes' 4-bit NormalFloat codes, one fp32 absmax per lora.nf4_block values, sharded and all-gathered "
+        "as codes and dequantized into fsdp.param_dtype for compute; embeddings, norms, the head and biases stay in "
+        "fsdp.param_dtype. Needs lora.rank > 0")
+        .one_of({"param_dtype", "nf4"}),
+    Int("lora.nf4_block", 64,
+        "lora.base_dtype = \"nf4\": values per quantization block (bitsandbytes' blocksize): a power of two from 32 to "
+        "4096; every tensor starts at a block boundary of its flat, the flat is padded to the shard count times the block")
+        .at_least(32).at_most(4096),
+    Bool("lora.nf4_double_quant", false,
+         "lora.base_dtype = \"nf4\": the absmax values quantized again to 8 bits (bitsandbytes' compress_statistics, "
+         "QLoRA's double quantization; blocks of 256): 0.127 instead of 0.5 bits per parameter for the statistics"),
     List("lora.train_also", {},
          "parameter-name patterns trained beside the adapters, in full (PEFT's modules_to_save, e.g. \"norm\"): "
          "their fp32 masters and optimizer state are kept and they are in the adapter checkpoints and exports"),

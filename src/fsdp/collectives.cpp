@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "shardtrain/fsdp/limits.h"
+#include "shardtrain/fsdp/nf4_shard.h"
 #include "shardtrain/fsdp/quantize.h"
 #include "shardtrain/util/error.h"
 
@@ -56,7 +57,41 @@ class QuantizedGatherWork final : public comm::Work {
   bool done_ = false;
 };
 
+// The NF4 all-gather of one flat in flight: wait() waits for the wire and dequantizes every rank's
+// packed shard into the flat's unsharded buffer.
+class Nf4GatherWork final : public comm::Work {
+ public:
+  Nf4GatherWork(FlatParam& fp, comm::WorkPtr wire_work, at::Tensor wire)
+      : Work(wire_work->seq()), fp_(fp), wire_work_(std::move(wire_work)), wire_(std::move(wire)) {}
+  void wait() override {
+    if (done_) return;
+    wire_work_->wait();
+    done_ = true;
+    const int64_t L = fp_.shard_numel(), P = fp_.nf4_format().shard_bytes(L);
+    at::Tensor full = storage_alias(fp_.full(), 0, {fp_.padded()});
+    for (int r = 0; r < fp_.shard_size(); ++r)
+      nf4::dequantize_shard(as_bytes(wire_, r * P, P), L, fp_.nf4_format(), full.narrow(0, r * L, L));
+    wire_ = at::Tensor();
+  }
+  bool is_completed() override { return done_ || wire_work_->is_completed(); }
+
+ private:
+  FlatParam& fp_;
+  comm::WorkPtr wire_work_;
+  at::Tensor wire_;
+  bool done_ = false;
+};
+
 }  // namespace
+
+comm::WorkPtr nf4_all_gather_flat(comm::Comm& shard, FlatParam& fp) {
+  const int S = fp.shard_size(), r = fp.shard_rank();
+  const int64_t P = fp.nf4_format().shard_bytes(fp.shard_numel());
+  at::Tensor wire = wire_buffer(S, P, fp.full().options());
+  as_bytes(wire, r * P, P).copy_(fp.packed());
+  comm::WorkPtr w = shard.all_gather(wire, wire.narrow(0, r * P / 2, P / 2));
+  return std::make_shared<Nf4GatherWork>(fp, std::move(w), std::move(wire));
+}
 
 comm::WorkPtr all_gather_flat(comm::Comm& shard, const FlatParam& fp, const at::Tensor& mine) {
   return shard.all_gather(storage_alias(fp.full(), 0, {fp.padded()}), mine);

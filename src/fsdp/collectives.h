@@ -34,6 +34,12 @@ comm::WorkPtr all_gather_from_secondary(comm::Comm& node, const FlatParam& fp, c
 comm::WorkPtr quantized_all_gather_flat(comm::Comm& shard, FlatParam& fp, const at::Tensor& packed, int64_t block,
                                         bool exact, std::function<bool(double rel_error)> judge);
 
+// QLoRA: an NF4 flat's unsharded buffer from every rank's packed shard (fp.packed(), nf4_shard.h):
+// the wire is an all-gather of the packed shards (codes and statistics, about 0.26 of the bf16
+// bytes with double quantization); waiting for the returned work dequantizes every slice, this
+// rank's too, into the unsharded buffer in its compute dtype.
+comm::WorkPtr nf4_all_gather_flat(comm::Comm& shard, FlatParam& fp);
+
 // ---- gradients -------------------------------------------------------------------
 
 // Averages an unsharded gradient [padded] over the shard group into this rank's shard, in

@@ -151,7 +151,7 @@ Engine::Engine(torch::nn::Module& root, EngineComms comms, EngineOptions opts, c
   for (auto& u : m.units) {
     for (auto& fp : u->flats) {
       if (fp->frozen()) {  // no gradient: nothing to wait for, nothing to count but its shard
-        m.stats.frozen_bytes += fp->master().numel() * static_cast<int64_t>(fp->master().element_size());
+        m.stats.frozen_bytes += fp->shard_bytes();
         continue;
       }
       for (auto& s : fp->slots()) {
@@ -273,6 +273,24 @@ MemoryStats Engine::memory() const {
   m.device_allocated_bytes = d.allocated;
   m.device_peak_allocated_bytes = d.peak_allocated;
   return m;
+}
+
+void Engine::finish_nf4() {
+  Impl::Scope scope(*impl_);
+  for (auto& u : impl_->units)
+    for (auto& fp : u->flats) {
+      if (!fp->awaits_absmax()) continue;
+      // Each tensor's mean absmax needs all of its blocks: the flat's absmax, gathered over the
+      // shard group (1/64 of the bf16 bytes at most).
+      const at::Tensor mine = fp->local_absmax();
+      if (fp->shard_size() == 1) {
+        fp->finish_absmax(mine);
+        continue;
+      }
+      ReplicaGather g = gather_across_replicas(*u->shard, mine.to(device()));
+      impl_->wait_timed(*g.work);
+      fp->finish_absmax(g.all);
+    }
 }
 
 void Engine::reset_peaks() {

@@ -40,7 +40,10 @@ FlatParam::FlatParam(const FlatPlan& plan, const ModuleTree& tree, int shard_ran
       shard_rank_(plan.shard_size > 1 ? shard_rank : 0),
       shard_size_(plan.shard_size),
       offloaded_(offload),
-      frozen_(plan.frozen) {
+      frozen_(plan.frozen),
+      nf4_(plan.nf4),
+      nf4_format_(plan.nf4_format) {
+  ST_CHECK(!nf4_ || frozen_, "an NF4 flat must be frozen");
   for (const ParamPlan& p : plan.params) {
     ParamSlot s;
     s.name = p.name;
@@ -49,6 +52,7 @@ FlatParam::FlatParam(const FlatPlan& plan, const ModuleTree& tree, int shard_ran
     s.offset = p.offset;
     s.owners = tree.params[p.index].owners;
     slots_.push_back(std::move(s));
+    nf4_spans_.push_back({p.offset, p.numel});
   }
   // The whole flat parameter in fp32, filled parameter by parameter from the init rule,
   // so the values do not depend on the world size; only this rank's slice is kept.
@@ -65,7 +69,16 @@ FlatParam::FlatParam(const FlatPlan& plan, const ModuleTree& tree, int shard_ran
   const at::TensorOptions host_state =
       at::TensorOptions().dtype(master_dtype).pinned_memory(offload && device.is_cuda());
   const at::TensorOptions state = offload ? host_state : at::TensorOptions().dtype(master_dtype).device(device);
-  if (aliases_master()) {
+  if (nf4_) {
+    // The codes of this rank's slice, quantized as the whole tensors would be (the whole flat is
+    // here, so are the tensors' statistics).
+    const at::Tensor whole_absmax =
+        nf4_format_.double_quant ? nf4::flat_absmax(whole, 0, nf4_spans_, nf4_format_) : at::Tensor();
+    const at::Tensor q = nf4::quantize_shard(whole.narrow(0, shard_rank_ * shard_numel_, shard_numel_),
+                                             shard_rank_ * shard_numel_, nf4_spans_, nf4_format_, whole_absmax);
+    packed_ = offload ? at::empty({q.numel()}, host_state.dtype(at::kByte)).copy_(q) : q.to(device);
+    full_ = at::empty({padded_}, at::TensorOptions().dtype(dtype_).device(device));
+  } else if (aliases_master()) {
     master_ = whole.to(device, master_dtype);  // the same tensor for fp32 on a CPU device
     full_ = master_;
   } else {
@@ -94,7 +107,52 @@ FlatParam::FlatParam(const FlatPlan& plan, const ModuleTree& tree, int shard_ran
   stale_ = true;
 }
 
-bool FlatParam::aliases_master() const { return fsdp::aliases_master(shard_size_, dtype_, offloaded_, frozen_); }
+bool FlatParam::aliases_master() const { return fsdp::aliases_master(shard_size_, dtype_, offloaded_, frozen_, nf4_); }
+
+int64_t FlatParam::shard_bytes() const {
+  if (nf4_) return packed_.numel();
+  return master_.numel() * static_cast<int64_t>(master_.element_size());
+}
+
+at::Tensor FlatParam::shard_values() const {
+  if (!nf4_) return master_;
+  ST_CHECK(!awaits_absmax(), "flat param: NF4 values read before their statistics were double-quantized");
+  at::Tensor out = at::empty({shard_numel_}, packed_.options().dtype(dtype_));
+  nf4::dequantize_shard(packed_, shard_numel_, nf4_format_, out);
+  return out;
+}
+
+void FlatParam::write_values(const at::Tensor& values, const at::Tensor& whole_absmax) {
+  ST_CHECK(values.numel() == shard_numel_, "flat param: ", values.numel(), " values for a shard of ", shard_numel_);
+  if (!nf4_) {
+    write_master().copy_(values.view({shard_numel_}));
+    return;
+  }
+  stale_ = true;
+  const int64_t begin = shard_rank_ * shard_numel_;
+  const at::Tensor v = values.reshape({shard_numel_}).to(at::kFloat);
+  if (nf4_format_.double_quant && !whole_absmax.defined()) {
+    nf4::Format plain = nf4_format_;
+    plain.double_quant = false;
+    pending_ = nf4::quantize_shard(v, begin, nf4_spans_, plain, at::Tensor());
+    return;
+  }
+  pending_ = at::Tensor();
+  packed_.copy_(nf4::quantize_shard(v, begin, nf4_spans_, nf4_format_, whole_absmax));
+}
+
+at::Tensor FlatParam::local_absmax() const {
+  ST_CHECK(awaits_absmax(), "flat param: no absmax awaits double quantization");
+  return nf4::plain_absmax(pending_, shard_numel_, nf4_format_);
+}
+
+void FlatParam::finish_absmax(const at::Tensor& whole_absmax) {
+  ST_CHECK(awaits_absmax(), "flat param: no absmax awaits double quantization");
+  packed_.copy_(nf4::double_quantize(pending_, shard_numel_, shard_rank_ * shard_numel_, nf4_spans_, nf4_format_,
+                                     whole_absmax.to(pending_.device())));
+  pending_ = at::Tensor();
+  stale_ = true;
+}
 
 int64_t FlatParam::live_full_bytes() const {
   if (!full_.defined()) return 0;
@@ -104,6 +162,7 @@ int64_t FlatParam::live_full_bytes() const {
 at::Tensor FlatParam::begin_fill() {
   ST_CHECK(needs_gather() && !gather_work_, "flat param: fill while ", state_name(state_),
            stale_ ? " (stale)" : "");
+  ST_CHECK(!awaits_absmax(), "flat param: an NF4 flat gathered before its statistics were double-quantized");
   stale_ = false;
   if (aliases_master()) {
     state_ = State::Unsharded;

@@ -101,6 +101,16 @@ Codes quantize(const at::Tensor& x, int64_t block) {
   return c;
 }
 
+at::Tensor block_absmax(const at::Tensor& x, int64_t block) {
+  ST_CHECK(block > 0 && x.numel() > 0, "nf4: block_absmax of ", x.numel(), " values in blocks of ", block);
+  const at::Tensor flat = x.reshape(-1).to(at::kFloat);
+  const int64_t n = flat.numel(), rem = n % block, full = n - rem;
+  std::vector<at::Tensor> parts;
+  if (full > 0) parts.push_back(std::get<0>(flat.narrow(0, 0, full).view({full / block, block}).abs().max(-1)));
+  if (rem > 0) parts.push_back(at::clamp_min(flat.narrow(0, full, rem).abs().max(), kMinAbsmax).unsqueeze(0));
+  return parts.size() == 1 ? parts[0] : at::cat(parts);
+}
+
 at::Tensor dequantize(const Codes& c, int64_t n, int64_t block, at::ScalarType dtype) {
   ST_CHECK(c.packed.scalar_type() == at::kByte && c.packed.numel() == packed_bytes(n), "nf4: ", c.packed.numel(),
            " packed bytes for ", n, " values");
@@ -142,8 +152,13 @@ const at::Tensor& dynamic_map() {
 
 DoubleQuant quantize_absmax(const at::Tensor& absmax, int64_t block2) {
   ST_CHECK(absmax.scalar_type() == at::kFloat && absmax.dim() == 1 && absmax.numel() > 0, "nf4: absmax must be fp32 [blocks]");
+  return quantize_absmax(absmax, absmax.mean(), block2);
+}
+
+DoubleQuant quantize_absmax(const at::Tensor& absmax, const at::Tensor& offset, int64_t block2) {
+  ST_CHECK(absmax.scalar_type() == at::kFloat && absmax.dim() == 1 && absmax.numel() > 0, "nf4: absmax must be fp32 [blocks]");
   DoubleQuant q;
-  q.offset = absmax.mean();
+  q.offset = offset;
   auto [index, a2] = blockwise(absmax - q.offset, dynamic_map().to(absmax.device()), block2, /*pad_even=*/false);
   q.codes = index.to(at::kByte);
   q.absmax2 = a2;

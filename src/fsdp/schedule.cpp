@@ -9,6 +9,7 @@
 #include "engine_impl.h"
 #include "recompute.h"
 #include "zeropp.h"
+#include "shardtrain/fsdp/nf4_shard.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/timer.h"
 #include "shardtrain/util/torch_compat.h"
@@ -70,7 +71,16 @@ void Engine::Impl::issue_gather(Unit& u, FlatParam& fp) {
   at::Tensor mine = fp.begin_fill();
   if (!mine.defined()) return;  // aliases its master: nothing to gather
   track_live();
-  if (fp.offloaded() && dev->is_cuda()) {
+  if (fp.nf4()) {
+    // QLoRA's base: the codes and statistics travel, every rank dequantizes every slice (its own
+    // too) into the compute dtype.
+    if (fp.shard_size() == 1) {
+      nf4::dequantize_shard(fp.packed().to(mine.device()), fp.shard_numel(), fp.nf4_format(), mine);
+      fp.filled();
+      return;
+    }
+    fp.gathering(nf4_all_gather_flat(*u.shard, fp));
+  } else if (fp.offloaded() && dev->is_cuda()) {
     // Host shard -> device on the side stream (after the compute stream's last use of the
     // new block), so the copy overlaps computation; the all-gather is ordered after it.
     dev->side_waits_compute();

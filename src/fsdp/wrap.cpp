@@ -3,6 +3,7 @@
 #include "shardtrain/fsdp/wrap.h"
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 
 #include "shardtrain/fsdp/forward_hook.h"
@@ -12,8 +13,8 @@ namespace shardtrain::fsdp {
 
 int64_t padded_numel(int64_t numel, int S) { return std::max<int64_t>(S, (numel + S - 1) / S * S); }
 
-bool aliases_master(int shard_size, at::ScalarType dtype, bool offloaded, bool frozen) {
-  return shard_size == 1 && (dtype == at::kFloat || frozen) && !offloaded;
+bool aliases_master(int shard_size, at::ScalarType dtype, bool offloaded, bool frozen, bool nf4) {
+  return !nf4 && shard_size == 1 && (dtype == at::kFloat || frozen) && !offloaded;
 }
 
 int64_t UnitPlan::numel() const {
@@ -74,26 +75,32 @@ ModuleTree module_tree(torch::nn::Module& root) {
 
 namespace {
 
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// nf4: an NF4 flat (frozen) in the given format; nullptr otherwise.
 FlatPlan make_flat(const ModuleTree& tree, const std::vector<int>& members, at::ScalarType dtype, int S,
-                   bool offload, bool frozen) {
+                   bool offload, bool frozen, const nf4::Format* nf4 = nullptr) {
   FlatPlan f;
   f.dtype = dtype;
   f.shard_size = S;
   f.frozen = frozen;
+  f.nf4 = nf4 != nullptr;
+  if (nf4) f.nf4_format = *nf4;
+  const int64_t align = nf4 ? nf4->align() : 1;
   for (int pi : members) {
     const at::Tensor& t = tree.params[pi].tensor;
     ParamPlan p;
     p.name = tree.params[pi].name;
     p.shape = t.sizes().vec();
     p.numel = t.numel();
-    p.offset = f.numel;
+    p.offset = round_up(f.numel, align);
     p.index = pi;
-    f.numel += p.numel;
+    f.numel = p.offset + p.numel;
     f.params.push_back(std::move(p));
   }
-  f.padded = padded_numel(f.numel, S);
+  f.padded = nf4 ? std::max<int64_t>(round_up(f.numel, S * align), S * align) : padded_numel(f.numel, S);
   f.shard_numel = f.padded / S;
-  f.aliases_master = aliases_master(S, dtype, offload, frozen);
+  f.aliases_master = aliases_master(S, dtype, offload, frozen, f.nf4);
   return f;
 }
 
@@ -146,6 +153,14 @@ std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& op
     members[unit_of[m]].push_back(static_cast<int>(pi));
   }
 
+  // QLoRA: the frozen parameters stored as NF4 (not in the ignored group: kept whole, it is not
+  // gathered).
+  std::set<std::string> nf4_names(opts.nf4.params.begin(), opts.nf4.params.end());
+  nf4::Format nf4_format;
+  nf4_format.block = opts.nf4.block;
+  nf4_format.double_quant = opts.nf4.double_quant;
+  auto is_nf4 = [&](int pi) { return opts.nf4.on() && nf4_names.count(params[pi].name) > 0; };
+
   std::vector<UnitPlan> units;
   for (size_t ui = 0; ui < unit_module.size(); ++ui) {
     UnitPlan u;
@@ -154,10 +169,15 @@ std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& op
     u.name = u.is_root() ? "<root>" : modules[u.module].first;
     // Split by training (frozen apart) and by dtype: keep_fp32 parameters stay fp32 under mixed
     // precision.
+    std::vector<int> nf4;
     for (const bool frozen : {false, true}) {
       std::vector<int> compute, fp32;
       for (int pi : members[ui]) {
         if (is_frozen(tree, pi) != frozen) continue;
+        if (frozen && is_nf4(pi)) {
+          nf4.push_back(pi);
+          continue;
+        }
         const bool keep = opts.mp.param_dtype != at::kFloat && matches_any(params[pi].name, opts.mp.keep_fp32);
         (keep ? fp32 : compute).push_back(pi);
       }
@@ -165,6 +185,8 @@ std::vector<UnitPlan> plan_units(const ModuleTree& tree, const EngineOptions& op
         u.flats.push_back(make_flat(tree, compute, opts.mp.param_dtype, S, opts.cpu_offload, frozen));
       if (!fp32.empty()) u.flats.push_back(make_flat(tree, fp32, at::kFloat, S, opts.cpu_offload, frozen));
     }
+    if (!nf4.empty())
+      u.flats.push_back(make_flat(tree, nf4, opts.mp.param_dtype, S, opts.cpu_offload, true, &nf4_format));
     units.push_back(std::move(u));
   }
   if (!ignored.empty()) {

@@ -33,7 +33,8 @@ void ZeroPP::keep_secondary(const std::vector<std::unique_ptr<FlatParam>>& flats
   if (!c_.secondary_shards || !node_) return;
   const int G = node_->size(), l = node_->rank();
   for (auto& fp : flats) {
-    if (fp->aliases_master() || fp->shard_size() == 1 || fp->state() != FlatParam::State::Unsharded) continue;
+    // An NF4 flat is gathered as codes again: cheaper than a secondary shard in the compute dtype.
+    if (fp->aliases_master() || fp->nf4() || fp->shard_size() == 1 || fp->state() != FlatParam::State::Unsharded) continue;
     ST_CHECK(fp->padded() % G == 0, "secondary shard: ", fp->padded(), " elements over ", G, " ranks of the node");
     const int64_t chunk = fp->padded() / G;
     drop_secondary(*fp, ms);

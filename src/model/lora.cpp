@@ -75,6 +75,18 @@ std::string linear_names(const std::vector<LinearSite>& sites) {
   return some(names, 64);
 }
 
+std::vector<std::string> nf4_base_params(Model& m) {
+  std::vector<std::string> names;
+  for (const LinearSite& s : linear_sites(m)) {
+    if (!s.in_block) continue;
+    for (const auto& p : s.layer->named_parameters(/*recurse=*/false))
+      if (p.key() == "weight" && !p.value().requires_grad()) names.push_back(s.path + ".weight");
+  }
+  return names;
+}
+
+bool valid_nf4_block(int64_t block) { return block >= 32 && block <= 4096 && (block & (block - 1)) == 0; }
+
 bool is_lora_param(const std::string& name) {
   return ends_with(name, ".lora_A.weight") || ends_with(name, ".lora_B.weight");
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "shardtrain/deck/deck.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/small_file.h"
 
@@ -58,10 +59,16 @@ std::vector<std::string> finetune_overrides(const model::ModelSpec& s) {
     return v;
   };
   const model::Finetune& f = s.finetune;
-  return {"lora.rank=" + std::to_string(f.lora.rank), "lora.alpha=" + number(f.lora.alpha),
+  std::vector<std::string> o = {"lora.rank=" + std::to_string(f.lora.rank), "lora.alpha=" + number(f.lora.alpha),
           "lora.dropout=" + number(f.lora.dropout), std::string("lora.rslora=") + (f.lora.rslora ? "true" : "false"),
           "lora.targets=" + list(f.lora.targets), "lora.train_also=" + list(f.train_also),
-          "train.freeze=" + list(f.freeze), "lora.init_from=\"\""};
+          "train.freeze=" + list(f.freeze), "lora.init_from=\"\"",
+          std::string("lora.base_dtype=") + (f.lora.nf4() ? "\"nf4\"" : "\"param_dtype\"")};
+  if (f.lora.nf4()) {
+    o.push_back("lora.nf4_block=" + std::to_string(f.lora.nf4_block));
+    o.push_back(std::string("lora.nf4_double_quant=") + (f.lora.nf4_double_quant ? "true" : "false"));
+  }
+  return o;
 }
 
 model::ModelSpec model_spec_from_json(const std::string& text, const std::string& what) {
@@ -131,6 +138,15 @@ model::ModelSpec model_spec_from_json(const std::string& text, const std::string
     if (f.contains("lora_rslora")) {
       if (!f["lora_rslora"].is_boolean()) throw bad("lora_rslora");
       ft.lora.rslora = f["lora_rslora"].get<bool>();
+    }
+    if (f.contains("lora_nf4_block")) {
+      const nlohmann::json& b = f["lora_nf4_block"];
+      if (!b.is_number_integer() || !model::valid_nf4_block(b.get<int64_t>())) throw bad("lora_nf4_block");
+      ft.lora.nf4_block = b.get<int64_t>();
+    }
+    if (f.contains("lora_nf4_double_quant")) {
+      if (!f["lora_nf4_double_quant"].is_boolean()) throw bad("lora_nf4_double_quant");
+      ft.lora.nf4_double_quant = f["lora_nf4_double_quant"].get<bool>();
     }
     list("lora_targets", ft.lora.targets);
     list("freeze", ft.freeze);

@@ -169,6 +169,22 @@ model::Finetune finetune_from_deck(const deck::Deck& d) {
   f.lora.dropout = d.get_float("lora.dropout");
   f.lora.targets = d.get_string_list("lora.targets");
   f.lora.rslora = d.get_bool("lora.rslora");
+  if (d.get_string("lora.base_dtype") == "nf4") {
+    // QLoRA: a base in NF4 is a LoRA base (nothing else is frozen that way).
+    ST_USER_CHECK(f.lora.rank > 0 || !d.get_string("lora.init_from").empty(), d.origin("lora.base_dtype"),
+                  ": lora.base_dtype = \"nf4\" stores a LoRA base in 4 bits and needs LoRA: set lora.rank > 0 (QLoRA), or "
+                  "remove the key (train.freeze keeps frozen parameters in fsdp.param_dtype)");
+    const int64_t block = d.get_int("lora.nf4_block");
+    ST_USER_CHECK(model::valid_nf4_block(block), d.origin("lora.nf4_block"), ": lora.nf4_block = ", block,
+                  " is not a block size NF4 takes: a power of two from 32 to 4096 (bitsandbytes' sizes; 64 is "
+                  "QLoRA's), so that every shard boundary of the padded flat falls on a block boundary");
+    f.lora.nf4_block = block;
+    f.lora.nf4_double_quant = d.get_bool("lora.nf4_double_quant");
+  } else {
+    for (const char* key : {"lora.nf4_block", "lora.nf4_double_quant"})
+      ST_USER_CHECK(!d.is_set(key), d.origin(key), ": ", key, " is for lora.base_dtype = \"nf4\" (QLoRA), and this "
+                    "deck keeps the base in fsdp.param_dtype: set lora.base_dtype = \"nf4\" or remove the key");
+  }
   f.freeze = d.get_string_list("train.freeze");
   f.train_also = d.get_string_list("lora.train_also");
   const std::string dir = d.get_string("lora.init_from");
@@ -253,6 +269,12 @@ fsdp::EngineOptions engine_options_from_deck(const deck::Deck& d, const model::M
   o.cpu_offload = d.get_bool("fsdp.cpu_offload");
   // An adapter run's checkpoints hold what trains and identify the frozen base (train/base_model.h).
   o.checkpoint_frozen = !m.spec().finetune.lora.on();
+  const model::LoraSpec& lora = m.spec().finetune.lora;
+  if (lora.nf4()) {  // QLoRA: the blocks' frozen linear weights as NF4 codes
+    o.nf4.block = lora.nf4_block;
+    o.nf4.double_quant = lora.nf4_double_quant;
+    o.nf4.params = model::nf4_base_params(const_cast<model::Model&>(m));
+  }
   o.compression = compression_from_deck(d, o.strategy);  // checks replica_sync's rules too
   o.replica_sync = replica_sync_from_deck(d);
   return o;

@@ -21,6 +21,10 @@ std::string model_spec_json(const model::ModelSpec& s) {
     j["finetune"] = {{"lora_rank", ft.lora.rank},     {"lora_alpha", ft.lora.alpha},   {"lora_dropout", ft.lora.dropout},
                      {"lora_targets", ft.lora.targets}, {"lora_rslora", ft.lora.rslora}, {"freeze", ft.freeze},
                      {"train_also", ft.train_also}};
+  if (ft.lora.nf4()) {
+    j["finetune"]["lora_nf4_block"] = ft.lora.nf4_block;
+    j["finetune"]["lora_nf4_double_quant"] = ft.lora.nf4_double_quant;
+  }
   return j.dump();
 }
 

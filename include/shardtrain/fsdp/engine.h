@@ -165,6 +165,10 @@ class Engine {
   // not take, as a sentence for the resume log ("" when everything was taken).
   GuardState guard_state();
   std::string restore_guard_state(const GuardState& g);
+  // After NF4 flats were written slice by slice (FlatParam::write_values without the whole absmax,
+  // as a safetensors load does): double-quantizes their statistics, each flat's absmax gathered
+  // over its shard group. Collective over the shard groups; nothing to do without such flats.
+  void finish_nf4();
   // Also resets the device allocator's peak (max_memory_allocated).
   void reset_peaks();
   // The device the engine computes on (options().device, with an index for CUDA).

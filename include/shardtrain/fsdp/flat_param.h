@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "shardtrain/comm/comm.h"
+#include "shardtrain/fsdp/nf4_shard.h"
 
 namespace shardtrain::fsdp {
 
@@ -36,7 +37,9 @@ struct ParamSlot {
 //
 // A frozen flat (FlatPlan::frozen: parameters that do not train) keeps its shard in the compute
 // dtype instead of fp32, has no gradient shard and its parameters do not require gradients; with
-// S == 1 (not offloaded) it is its own unsharded buffer in any dtype.
+// S == 1 (not offloaded) it is its own unsharded buffer in any dtype. An NF4 flat (FlatPlan::nf4,
+// QLoRA's base) is frozen and keeps its shard as NF4 codes and statistics (packed(), nf4_shard.h)
+// instead of a master: its unsharded buffer is always dequantized from them, and freed after use.
 //
 // The layout is fixed at construction. The master shard is read through master() and written
 // only through write_master(), which marks the unsharded copy stale: whoever changes the weights
@@ -70,11 +73,33 @@ class FlatParam {
   bool aliases_master() const;  // fsdp::aliases_master (wrap.h) of this flat
   // Does not train: master in dtype(), no gradient shard (grad_shard() undefined).
   bool frozen() const { return frozen_; }
+  // Stored as NF4 (then frozen): packed() holds the shard, master() is undefined.
+  bool nf4() const { return nf4_; }
+  const nf4::Format& nf4_format() const { return nf4_format_; }
+  // The shard's bytes at rest (master, or packed codes and statistics).
+  int64_t shard_bytes() const;
   int64_t full_bytes() const { return padded_ * static_cast<int64_t>(c10::elementSize(dtype_)); }
 
   // ---- data ---------------------------------------------------------------------------
-  // fp32 [L] (host, pinned on CUDA, when offloaded); a frozen flat's in dtype().
+  // fp32 [L] (host, pinned on CUDA, when offloaded); a frozen flat's in dtype(). Undefined for an
+  // NF4 flat.
   const at::Tensor& master() const { return master_; }
+  // This rank's shard of the values the model computes with, in dtype() (a copy): the master, or
+  // an NF4 flat's codes dequantized.
+  at::Tensor shard_values() const;
+  // Writes this rank's shard from fp32 values [L] (any device): into the master, or quantized into
+  // an NF4 flat's codes. With double quantization the statistics need every tensor's whole absmax,
+  // which a rank holding a slice does not have: whole_absmax (nf4::flat_absmax of the whole flat)
+  // gives it; undefined, the flat keeps its codes and its slice's fp32 absmax and awaits_absmax()
+  // until finish_absmax(whole) (Engine::finish_nf4 gathers it over the shard group).
+  void write_values(const at::Tensor& values, const at::Tensor& whole_absmax = at::Tensor());
+  bool awaits_absmax() const { return pending_.defined(); }
+  // This rank's part of nf4::flat_absmax while awaits_absmax(); finish_absmax quantizes with the
+  // whole flat's.
+  at::Tensor local_absmax() const;
+  void finish_absmax(const at::Tensor& whole_absmax);
+  // NF4: uint8 [nf4_format().shard_bytes(L)] (host when offloaded).
+  const at::Tensor& packed() const { return packed_; }
   // The master for writing; marks the unsharded copy stale (see the class comment).
   at::Tensor& write_master() {
     stale_ = true;
@@ -113,6 +138,10 @@ class FlatParam {
   int shard_rank_ = 0, shard_size_ = 1;
   bool offloaded_ = false;
   bool frozen_ = false;
+  bool nf4_ = false;
+  nf4::Format nf4_format_;
+  std::vector<nf4::Span> nf4_spans_;  // the parameters' places, for quantizing
+  at::Tensor packed_, pending_;  // pending_: codes + plain absmax awaiting double quantization
   at::Tensor master_, grad_shard_, full_;
   State state_ = State::Sharded;
   bool stale_ = true;  // master changed since `full` was filled

@@ -38,6 +38,8 @@ int64_t num_blocks(int64_t n, int64_t block);
 
 // Quantizes x (fp32, bf16 or fp16; any shape, read as its row-major flattening).
 Codes quantize(const at::Tensor& x, int64_t block);
+// Only the absmax values quantize(x, block) stores (fp32 [num_blocks]), without the codes.
+at::Tensor block_absmax(const at::Tensor& x, int64_t block);
 
 // The n values of `c` (blocks of `block`) in `dtype`, on c.packed's device.
 at::Tensor dequantize(const Codes& c, int64_t n, int64_t block, at::ScalarType dtype);
@@ -55,6 +57,10 @@ constexpr int64_t kDoubleQuantBlock = 256;
 
 // Double quantization of a vector of absmax values (fp32) and its inverse (fp32).
 DoubleQuant quantize_absmax(const at::Tensor& absmax, int64_t block2 = kDoubleQuantBlock);
+// The same for a part of a tensor's absmax vector starting at one of its blocks of block2, with the
+// whole vector's mean (`offset`, an fp32 scalar) given: the codes and absmax2 of that part are
+// those quantize_absmax of the whole vector gives it.
+DoubleQuant quantize_absmax(const at::Tensor& absmax_part, const at::Tensor& offset, int64_t block2 = kDoubleQuantBlock);
 at::Tensor dequantize_absmax(const DoubleQuant& q, int64_t block2 = kDoubleQuantBlock);
 
 }  // namespace shardtrain::fsdp::nf4

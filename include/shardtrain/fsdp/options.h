@@ -78,6 +78,18 @@ int fragment_of_unit(int unit, int units, int fragments);
 void check_fragments(int fragments, int units);
 ReplicaSyncMode parse_replica_sync(const std::string& s);  // UserError naming parallel.replica_sync otherwise
 
+// QLoRA (lora.base_dtype = "nf4"): the frozen parameters named in `params` (a LoRA base's linear
+// weights in the blocks: model::nf4_base_params) are stored as NF4 codes (nf4.h) in blocks of
+// `block` values, their statistics double-quantized with `double_quant`. Each gets an NF4 flat of
+// its own kind (FlatPlan::nf4): its shard holds codes and statistics, its all-gather moves them and
+// every rank dequantizes into param_dtype for compute (nf4_shard.h has the layout).
+struct Nf4Base {
+  int64_t block = 0;  // 0: off
+  bool double_quant = false;
+  std::vector<std::string> params;  // exact qualified names
+  bool on() const { return block > 0; }
+};
+
 struct EngineOptions {
   Strategy strategy = Strategy::FullShard;
   MixedPrecision mp;
@@ -114,6 +126,7 @@ struct EngineOptions {
   // train.freeze run's checkpoint is the whole model; an adapter run's (LoRA) holds what trains
   // and identifies its base instead of storing it.
   bool checkpoint_frozen = true;
+  Nf4Base nf4;
   // This rank's host (runtime::Topology::host_id): the byte counters split what each rank sends
   // into inside and between nodes by it. -1: unknown, everything counts as inside the node.
   int host_id = -1;

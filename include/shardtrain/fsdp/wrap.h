@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "shardtrain/fsdp/nf4_shard.h"
 #include "shardtrain/fsdp/options.h"
 
 namespace shardtrain::fsdp {
@@ -23,9 +24,9 @@ int64_t padded_numel(int64_t numel, int S);
 // Whether a flat's unsharded buffer and its master are one storage: a flat nobody shards
 // (S == 1), not offloaded (cpu_offload keeps the master in host memory), whose master is in its
 // compute dtype: fp32, or any dtype when frozen (a frozen flat's master is kept in the compute
-// dtype). Nothing is then gathered or freed, and gradients accumulate straight into the gradient
-// shard.
-bool aliases_master(int shard_size, at::ScalarType dtype, bool offloaded, bool frozen = false);
+// dtype), never an NF4 flat (its shard is codes). Nothing is then gathered or freed, and gradients
+// accumulate straight into the gradient shard.
+bool aliases_master(int shard_size, at::ScalarType dtype, bool offloaded, bool frozen = false, bool nf4 = false);
 
 // The modules of a tree in pre-order with their qualified paths (the root first, path ""), and
 // its distinct parameters (tied weights once, by TensorImpl) in discovery order (modules in
@@ -66,8 +67,15 @@ struct FlatPlan {
   // the shard is kept in the compute dtype (no fp32 master), with no gradient, no optimizer
   // state and no reduction; it is only gathered.
   bool frozen = false;
-  // Bytes of this rank's shard at rest: fp32 masters, frozen shards in their compute dtype.
-  int64_t shard_bytes() const { return shard_numel * (frozen ? elem_bytes() : 4); }
+  // Frozen NF4 weights (EngineOptions::nf4): each parameter at a multiple of nf4_format.align()
+  // elements, padded to a multiple of shard_size * align(); the shard is nf4_shard.h's byte vector.
+  bool nf4 = false;
+  nf4::Format nf4_format;
+  // Bytes of this rank's shard at rest: fp32 masters, frozen shards in their compute dtype, NF4
+  // shards as codes and statistics.
+  int64_t shard_bytes() const {
+    return nf4 ? nf4_format.shard_bytes(shard_numel) : shard_numel * (frozen ? elem_bytes() : 4);
+  }
   int64_t elem_bytes() const { return static_cast<int64_t>(c10::elementSize(dtype)); }
   int64_t full_bytes() const { return padded * elem_bytes(); }  // the unsharded buffer
 };
@@ -84,7 +92,8 @@ struct UnitPlan {
   bool is_root() const { return kind == UnitKind::Root; }
   bool is_ignored() const { return kind == UnitKind::Ignored; }
   // Trainable parameters first (compute dtype, then fp32 for keep_fp32 under mixed precision),
-  // then frozen ones in the same two dtypes; only the kinds the unit has.
+  // then frozen ones in the same two dtypes, then frozen NF4 ones (EngineOptions::nf4); only the
+  // kinds the unit has.
   std::vector<FlatPlan> flats;
   int64_t numel() const;
   int num_params() const;

@@ -33,6 +33,13 @@ bool is_lora_param(const std::string& name);
 // train_also without LoRA, and a model left with nothing to train.
 void apply_finetune(Model& m, const Finetune& f);
 
+// QLoRA: the parameters a base in NF4 stores as codes: the weights of the blocks' linear layers
+// that do not train (as bitsandbytes replaces every nn.Linear but the output layer); embeddings,
+// norms, the head, biases and what trains stay in fsdp.param_dtype.
+std::vector<std::string> nf4_base_params(Model& m);
+// lora.nf4_block's rule (bitsandbytes' block sizes): a power of two from 32 to 4096.
+bool valid_nf4_block(int64_t block);
+
 // Elements of the parameters that train (requires_grad): all of them without a finetune; and of
 // all parameters, adapters included (parameter_count(spec) counts the architecture's).
 int64_t trainable_parameter_count(Model& m);

@@ -34,7 +34,14 @@ struct LoraSpec {
   // the blocks, as PEFT: not the output layer); empty = the architecture's default_lora_targets.
   std::vector<std::string> targets;
   bool rslora = false;
+  // QLoRA (lora.base_dtype = "nf4"): the frozen linear weights of the blocks stored as NF4 in
+  // blocks of nf4_block values (0 = in fsdp.param_dtype), double-quantized statistics with
+  // nf4_double_quant. How the engine stores the base, recorded so that eval, generate, resume and
+  // the merged export use the base the run trained on.
+  int64_t nf4_block = 0;
+  bool nf4_double_quant = false;
   bool on() const { return rank > 0; }
+  bool nf4() const { return on() && nf4_block > 0; }
   double scale() const;
 };
 
