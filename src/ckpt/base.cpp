@@ -63,27 +63,30 @@ BaseIdentity frozen_identity(fsdp::Engine& engine, MPI_Comm world, const std::st
   // QLoRA: the digests are of the NF4 weights dequantized, as the run computes with them.
   const fsdp::Nf4Base& q = engine.options().nf4;
   if (q.on()) b.dtype += " with nf4 linear weights (block " + std::to_string(q.block) + (q.double_quant ? ", double-quantized)" : ")");
-  // The frozen flats as a snapshot (fp32 host copies of their shards), split among the ranks
-  // that hold each element as a checkpoint's writes are.
+  // The frozen flats as a snapshot, split among the ranks that hold each element as a checkpoint's
+  // writes are. Their values are read one flat at a time (an fp32 host copy of its shard, an NF4
+  // flat's dequantized), so a 70B base is never widened whole.
   Snapshot snap;
-  std::vector<at::Tensor> hold;
+  std::vector<const fsdp::FlatParam*> frozen;
   const std::vector<fsdp::FlatParam*> flats = engine.flat_params();
   for (size_t i = 0; i < flats.size(); ++i) {
-    const fsdp::FlatParam& fp = *flats[i];
-    if (!fp.frozen()) continue;
-    FlatView v = flat_view(fp, i);
-    hold.push_back(fp.shard_values().to(at::kCPU, at::kFloat).contiguous());
-    v.master = hold.back().data_ptr<float>();
-    snap.flats.push_back(std::move(v));
+    if (!flats[i]->frozen()) continue;
+    snap.flats.push_back(flat_view(*flats[i], i));
+    frozen.push_back(flats[i]);
   }
   const std::vector<ParamPlan> plan = make_plan(snap, world, /*split=*/true);
   std::vector<uint64_t> sums(2 * plan.size(), 0);
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const ParamPlan& p = plan[i];
-    Digest dg;
-    if (p.own.numel()) dg.add(snap.flats[p.flat].master + p.own.shard_offset, p.own.numel(), 4, p.own.lo);
-    sums[2 * i] = dg.sum;
-    sums[2 * i + 1] = dg.weighted;
+  for (size_t f = 0; f < frozen.size(); ++f) {
+    const at::Tensor values = frozen[f]->shard_values().to(at::kCPU, at::kFloat).contiguous();
+    const float* data = values.data_ptr<float>();
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const ParamPlan& p = plan[i];
+      if (p.flat != f || !p.own.numel()) continue;
+      Digest dg;
+      dg.add(data + p.own.shard_offset, p.own.numel(), 4, p.own.lo);
+      sums[2 * i] = dg.sum;
+      sums[2 * i + 1] = dg.weighted;
+    }
   }
   runtime::sum(world, sums, "base.digests");
   for (size_t i = 0; i < plan.size(); ++i) b.digests[plan[i].name] = Digest{sums[2 * i], sums[2 * i + 1]};

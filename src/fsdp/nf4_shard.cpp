@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <ATen/Parallel.h>
+
 #include "shardtrain/fsdp/nf4.h"
 #include "shardtrain/util/error.h"
 
@@ -23,6 +25,40 @@ int64_t dynamic_zero() {
 // fp32 [count] over bytes [byte_offset, + 4 * count) of a uint8 vector.
 at::Tensor floats_at(const at::Tensor& bytes, int64_t byte_offset, int64_t count) {
   return bytes.narrow(0, byte_offset, 4 * count).view(at::kFloat);
+}
+
+// On the CPU, one pass over the codes: each value level * absmax in fp32 (the product the ATen
+// path computes), converted once to the output dtype (c10's round-to-nearest-even conversions,
+// ATen's copy_ too): the same bits, without the index and product temporaries.
+template <typename T>
+void scale_into(const uint8_t* codes, const float* absmax, int64_t block, int64_t blocks, T* out) {
+  at::parallel_for(0, blocks, std::max<int64_t>(1, (int64_t{1} << 16) / block), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const float am = absmax[b];
+      const uint8_t* c = codes + b * block / 2;
+      T* o = out + b * block;
+      for (int64_t j = 0; j < block / 2; ++j) {
+        o[2 * j] = static_cast<T>(kLevels[c[j] >> 4] * am);
+        o[2 * j + 1] = static_cast<T>(kLevels[c[j] & 15] * am);
+      }
+    }
+  });
+}
+
+void cpu_scale(const at::Tensor& codes, const at::Tensor& absmax, int64_t block, const at::Tensor& out) {
+  const int64_t blocks = absmax.numel();
+  const uint8_t* c = codes.data_ptr<uint8_t>();
+  const float* am = absmax.data_ptr<float>();
+  switch (out.scalar_type()) {
+    case at::kFloat: return scale_into(c, am, block, blocks, out.data_ptr<float>());
+    case at::kBFloat16: return scale_into(c, am, block, blocks, out.data_ptr<at::BFloat16>());
+    case at::kHalf: return scale_into(c, am, block, blocks, out.data_ptr<at::Half>());
+    default: {
+      at::Tensor tmp = at::empty({out.numel()}, out.options().dtype(at::kFloat));
+      scale_into(c, am, block, blocks, tmp.data_ptr<float>());
+      out.copy_(tmp);
+    }
+  }
 }
 
 struct Parts {
@@ -85,11 +121,16 @@ at::Tensor quantize_shard(const at::Tensor& values, int64_t begin, const std::ve
     ST_CHECK(t.offset % f.align() == 0, "nf4: a tensor at flat offset ", t.offset, " is not aligned to ", f.align());
     const int64_t a = std::max(begin, t.offset), b = std::min(begin + L, t.offset + t.numel);
     if (a >= b) continue;
-    // A part starting at a block boundary of its tensor and ending at the tensor's end or at a
-    // shard boundary (a multiple of the block): quantized alone, it gets the whole tensor's codes.
-    const Codes c = quantize(values.narrow(0, a - begin, b - a), f.block);
-    p.codes.narrow(0, (a - begin) / 2, c.packed.numel()).copy_(c.packed);
-    p.absmax.narrow(0, (a - begin) / f.block, c.absmax.numel()).copy_(c.absmax);
+    // Parts starting at a block boundary of their tensor and ending at the tensor's end or at a
+    // block boundary: quantized alone, each gets the whole tensor's codes. In chunks, so the
+    // temporaries stay small.
+    const int64_t chunk = std::max<int64_t>(f.block, kDequantChunkElems / f.block * f.block);
+    for (int64_t c0 = a; c0 < b; c0 += chunk) {
+      const int64_t c1 = std::min(b, c0 + chunk);
+      const Codes c = quantize(values.narrow(0, c0 - begin, c1 - c0), f.block);
+      p.codes.narrow(0, (c0 - begin) / 2, c.packed.numel()).copy_(c.packed);
+      p.absmax.narrow(0, (c0 - begin) / f.block, c.absmax.numel()).copy_(c.absmax);
+    }
   }
   return f.double_quant ? double_quantize(packed, L, begin, tensors, f, whole_absmax) : packed;
 }
@@ -133,25 +174,41 @@ at::Tensor double_quantize(const at::Tensor& plain_packed, int64_t L, int64_t be
 void dequantize_shard(const at::Tensor& packed, int64_t L, const Format& f, const at::Tensor& out) {
   ST_CHECK(out.numel() == L && out.is_contiguous(), "nf4: dequantizing ", L, " values into ", out.numel());
   const Parts p = parts_of(packed, L, f);
-  const int64_t nb = L / f.block;
-  at::Tensor absmax;
-  if (!f.double_quant) {
-    absmax = p.absmax;
-  } else {
-    // dequantize_absmax's order: code value * absmax2 in fp32, then + offset.
-    const int64_t ng = nb / kDoubleQuantBlock;
-    const at::Tensor v = dynamic_map().to(packed.device()).index_select(0, p.qabsmax.to(at::kLong));
-    absmax = ((v.view({ng, kDoubleQuantBlock}) * p.absmax2.view({ng, 1})) + p.offset.view({ng, 1})).reshape(nb);
+  // Each byte's two levels (high nibble first) as one table row: one index per byte, not per value.
+  static const at::Tensor pairs_cpu = [] {
+    std::vector<float> t;
+    for (int b = 0; b < 256; ++b) {
+      t.push_back(kLevels[b >> 4]);
+      t.push_back(kLevels[b & 15]);
+    }
+    return at::tensor(t, at::TensorOptions().dtype(at::kFloat)).view({256, 2});
+  }();
+  const at::Tensor pairs = pairs_cpu.to(packed.device());
+  const at::Tensor map = f.double_quant ? dynamic_map().to(packed.device()) : at::Tensor();
+  const at::Tensor flat_out = out.view({L});
+  // Chunks of whole blocks of statistics, so the temporaries stay kDequantChunkElems-sized however
+  // large the shard (a 70B layer's slice is 10^8 values).
+  const int64_t chunk = std::max<int64_t>(f.align(), kDequantChunkElems / f.align() * f.align());
+  for (int64_t a = 0; a < L; a += chunk) {
+    const int64_t n = std::min(chunk, L - a), nb = n / f.block, b0 = a / f.block;
+    at::Tensor absmax;
+    if (!f.double_quant) {
+      absmax = p.absmax.narrow(0, b0, nb);
+    } else {
+      // dequantize_absmax's order: code value * absmax2 in fp32, then + offset.
+      const int64_t ng = nb / kDoubleQuantBlock, g0 = b0 / kDoubleQuantBlock;
+      const at::Tensor v = map.index_select(0, p.qabsmax.narrow(0, b0, nb).to(at::kLong));
+      absmax = (v.view({ng, kDoubleQuantBlock}) * p.absmax2.narrow(0, g0, ng).view({ng, 1})) +
+               p.offset.narrow(0, g0, ng).view({ng, 1});
+    }
+    const at::Tensor dst = flat_out.narrow(0, a, n);
+    if (packed.device().is_cpu()) {
+      cpu_scale(p.codes.narrow(0, a / 2, n / 2), absmax.contiguous(), f.block, dst);
+      continue;
+    }
+    const at::Tensor values = pairs.index_select(0, p.codes.narrow(0, a / 2, n / 2).to(at::kLong));
+    dst.copy_((values.view({nb, f.block}) * absmax.reshape({nb, 1})).view({n}));
   }
-  const at::Tensor bytes = p.codes.to(at::kLong);
-  const at::Tensor lo = at::bitwise_and(bytes, 15);
-  const at::Tensor hi = at::bitwise_right_shift(bytes, 4);
-  const at::Tensor index = at::stack({hi, lo}, 1).reshape(-1);
-  static const at::Tensor levels_cpu =
-      at::tensor(std::vector<float>(kLevels.begin(), kLevels.end()), at::TensorOptions().dtype(at::kFloat));
-  const at::Tensor values = levels_cpu.to(packed.device()).index_select(0, index);
-  const at::Tensor scaled = (values.view({nb, f.block}) * absmax.view({nb, 1})).reshape(L);
-  out.view({L}).copy_(scaled);
 }
 
 }  // namespace shardtrain::fsdp::nf4

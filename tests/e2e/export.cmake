@@ -34,6 +34,15 @@ if(SHARDTRAIN_EXPORT_PYTHON)
     set_tests_properties(e2e_lora PROPERTIES PROCESSORS 2 TIMEOUT 900 LABELS "e2e;mpi"
       FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:"
       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_ess_singleton_isolated=1")
+    # QLoRA (lora.base_dtype = "nf4") against the independent PyTorch implementation: eval and one
+    # step on an NF4 base, ranks and strategies bit for bit, byte ranges read once, the gather in
+    # codes, bad input (tests/e2e/export/qlora.sh).
+    add_test(NAME e2e_qlora
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export/qlora.sh $<TARGET_FILE:shardtrain>
+              ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
+    set_tests_properties(e2e_qlora PROPERTIES PROCESSORS 2 TIMEOUT 900 LABELS "e2e;mpi"
+      FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:"
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_ess_singleton_isolated=1")
     # Instruction data: eval's loss over the counted targets only equals the independent GPT-2's.
     add_test(NAME e2e_instruction_eval_reference
       COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export/instruction_eval.sh $<TARGET_FILE:shardtrain>

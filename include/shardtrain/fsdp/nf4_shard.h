@@ -53,7 +53,12 @@ at::Tensor double_quantize(const at::Tensor& plain_packed, int64_t L, int64_t be
                            const Format& f, const at::Tensor& whole_absmax);
 
 // The L values of a shard's byte vector `packed` (any device) into `out` ([L], any floating dtype,
-// on packed's device): level * absmax in fp32, cast once, as nf4::dequantize.
+// on packed's device): level * absmax in fp32, cast once, as nf4::dequantize. It works through
+// chunks of about kDequantChunkElems values (a multiple of align()), each with temporaries of
+// kDequantBytesPerElem bytes per value (the byte indices, the levels, their product), so a
+// gather's extra memory is one chunk's whatever the flat's size (the planner counts it).
+constexpr int64_t kDequantChunkElems = int64_t{1} << 20;
+constexpr int64_t kDequantBytesPerElem = 16;
 void dequantize_shard(const at::Tensor& packed, int64_t L, const Format& f, const at::Tensor& out);
 
 }  // namespace shardtrain::fsdp::nf4
