@@ -13,6 +13,7 @@
 #     loss of the NF4 base + the exported adapter within 1e-6 (and not the full-precision base's),
 #     and the training run's validation loss at that step within 1e-6 (the validator's reduction
 #     is not eval's: not the same bits);
+#  g. `generate` on the adapter checkpoint gives the merged model's greedy tokens;
 #  f. the checkpoint on another base of the same shape (eval, merged export) is exit 2 naming a tensor.
 # Usage: qlora_export.sh SHARDTRAIN PYTHON SOURCE_DIR MPIRUN [MPIRUN_FLAGS...]
 set -euo pipefail
@@ -157,6 +158,15 @@ PY
 want=$("$py" "$hf" loss "$work/merged1" "$work/ds" 32)
 echo -n "the merged model's loss vs eval of the QLoRA checkpoint: "
 "$py" "$hf" check-loss "$(eval_loss "$work/ev2.txt")" "$want" || fail "the merged model's loss differs from the adapter's"
+
+# generate on the QLoRA checkpoint (its recorded spec: the NF4 base) = on the merged model, greedy.
+"$bin" generate "$ck" --prompt "The " --max-new-tokens 8 --temperature 0 --tokenizer byte >"$work/gen_q.txt" 2>"$work/gen_q.err" ||
+  { cat "$work/gen_q.err"; fail "generate on the QLoRA checkpoint"; }
+"$bin" ckpt import "$work/merged1" "$work/merged.h5" >/dev/null 2>&1 || fail "import the merged model"
+"$bin" generate "$work/merged.h5" --prompt "The " --max-new-tokens 8 --temperature 0 --tokenizer byte >"$work/gen_m.txt" \
+  2>"$work/gen_m.err" || { cat "$work/gen_m.err"; fail "generate on the merged model"; }
+cmp -s "$work/gen_q.txt" "$work/gen_m.txt" || { cat "$work/gen_q.txt" "$work/gen_m.txt"; fail "generate: the QLoRA checkpoint and its merged model disagree"; }
+echo "generate: the QLoRA checkpoint = its merged model (greedy, 8 tokens)"
 
 echo "== another base of the same shape (f)"
 cp -r "$work/models/qwen2" "$work/other"
