@@ -56,13 +56,20 @@ std::string BaseIdentity::differences(const BaseIdentity& now) const {
          now.source + ": " + why;
 }
 
+std::string base_dtype_text(const std::string& param_dtype, int64_t nf4_block, bool nf4_double_quant) {
+  if (nf4_block <= 0) return param_dtype;
+  return param_dtype + " with nf4 linear weights (block " + std::to_string(nf4_block) +
+         (nf4_double_quant ? ", double-quantized)" : ")");
+}
+
+std::string base_param_dtype(const std::string& dtype_text) { return dtype_text.substr(0, dtype_text.find(' ')); }
+
 BaseIdentity frozen_identity(fsdp::Engine& engine, MPI_Comm world, const std::string& source) {
   BaseIdentity b;
   b.source = source;
-  b.dtype = fsdp::dtype_name(engine.options().mp.param_dtype);
   // QLoRA: the digests are of the NF4 weights dequantized, as the run computes with them.
   const fsdp::Nf4Base& q = engine.options().nf4;
-  if (q.on()) b.dtype += " with nf4 linear weights (block " + std::to_string(q.block) + (q.double_quant ? ", double-quantized)" : ")");
+  b.dtype = base_dtype_text(fsdp::dtype_name(engine.options().mp.param_dtype), q.block, q.double_quant);
   // The frozen flats as a snapshot, split among the ranks that hold each element as a checkpoint's
   // writes are. Their values are read one flat at a time (an fp32 host copy of its shard, an NF4
   // flat's dequantized), so a 70B base is never widened whole.

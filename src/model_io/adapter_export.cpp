@@ -18,6 +18,7 @@
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/peft.h"
 #include "shardtrain/ckpt/tools.h"
+#include "shardtrain/fsdp/nf4.h"
 #include "shardtrain/fsdp/options.h"
 #include "shardtrain/model/hf_config.h"
 #include "shardtrain/model/lora.h"
@@ -120,6 +121,12 @@ void export_peft_directory(const std::string& path, const std::string& out_dir) 
 
 namespace {
 
+// What a QLoRA adapter's merged export says of its base, on stdout and in its files' metadata.
+std::string nf4_notice(const model::LoraSpec& l) {
+  return "merged into the NF4 base dequantized (block " + std::to_string(l.nf4_block) +
+         (l.nf4_double_quant ? ", double-quantized" : "") + "): the merged model is not the full-precision base + adapter";
+}
+
 // One output tensor: where its bytes go and which rows this rank writes.
 struct OutTensor {
   std::string name;
@@ -161,6 +168,7 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
   ckpt::BaseIdentity recorded;
   std::unique_ptr<ckpt::SafetensorsReader> base;
   std::shared_ptr<model::Model> net;  // the model on meta: init rules of a seeded base
+  std::set<std::string> nf4_names;      // QLoRA: the base tensors the run held as NF4
   runtime::run_agreed(world, [&] {
     output = std::make_unique<HfOutput>(out_dir, what);
     a = read_adapter(path, what);
@@ -172,6 +180,8 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
     base_spec.finetune = model::Finetune{};  // the merged model is the base architecture
     model::hf_config_json(base_spec, torch_dtype_name(dtype));  // its errors before any file
     net = model::build_model(a.spec, at::kMeta);
+    if (a.spec.finetune.lora.nf4())
+      for (const std::string& n : model::nf4_base_params(*net)) nf4_names.insert(n);
     init_from = a.deck->get_string("checkpoint.init_from");
     if (!init_from.empty()) base = std::make_unique<ckpt::SafetensorsReader>(init_from);
     const int eb = dtype == "F32" ? 4 : 2;
@@ -197,6 +207,7 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
       files.push_back(ckpt::safetensors_shard_file(fi, groups.size()));
       nlohmann::ordered_json header;
       header["__metadata__"] = {{"format", "pt"}};
+      if (!nf4_names.empty()) header["__metadata__"]["lora_merge"] = nf4_notice(a.spec.finetune.lora);
       int64_t offset = 0;
       for (size_t i : groups[fi]) {
         header[out[i].name] = {{"dtype", dtype}, {"shape", out[i].shape}, {"data_offsets", {offset, offset + bytes[i]}}};
@@ -241,37 +252,86 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
     const model::LoraSpec& lora = a.spec.finetune.lora;
     const double scale = lora.scale();
     const int eb = dtype == "F32" ? 4 : 2;
-    // The base's digests as the run held it (fsdp.param_dtype, widened): the checkpoint's record.
-    const at::ScalarType held = fsdp::parse_dtype(recorded.dtype.empty() ? "fp32" : recorded.dtype);
+    // The base's digests as the run held it (fsdp.param_dtype, widened; NF4 weights dequantized):
+    // the checkpoint's record.
+    const at::ScalarType held =
+        fsdp::parse_dtype(recorded.dtype.empty() ? "fp32" : ckpt::base_param_dtype(recorded.dtype));
     std::vector<uint64_t> digests(2 * out.size(), 0);
     const uint64_t seed = static_cast<uint64_t>(a.deck->get_int("run.seed"));
+    std::vector<int> fds(files.size(), -1);
+    struct Close {
+      std::vector<int>& fds;
+      ~Close() { for (int fd : fds) if (fd >= 0) ::close(fd); }
+    } close_all{fds};
     runtime::run_agreed(world, [&] {
-      std::vector<int> fds(files.size(), -1);
-      struct Close {
-        std::vector<int>& fds;
-        ~Close() { for (int fd : fds) if (fd >= 0) ::close(fd); }
-      } close_all{fds};
       for (size_t fi = 0; fi < files.size(); ++fi) {
         const std::string f = tmp + "/" + files[fi];
         fds[fi] = ::open(f.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fds[fi] < 0) throw IoError(f + ": cannot open: " + io::errno_text(errno));
       }
-      for (size_t i = 0; i < out.size(); ++i) {
-        const OutTensor& t = out[i];
-        const int64_t r0 = t.rows * rank / size, r1 = t.rows * (rank + 1) / size;
-        if (r1 <= r0) continue;
-        at::Tensor w;  // this rank's rows, fp32
-        auto trained = a.tensors.find(t.name);
+    });
+    for (size_t i = 0; i < out.size(); ++i) {
+      const OutTensor& t = out[i];
+      const int64_t r0 = t.rows * rank / size, r1 = t.rows * (rank + 1) / size, n = t.rows * t.cols;
+      const auto trained = a.tensors.find(t.name);
+      // QLoRA: a weight the run held as NF4 is merged as the run computed with it, bitsandbytes'
+      // round trip of the whole tensor (nf4.h) cast to fsdp.param_dtype. Its blocks run row-major
+      // over the whole tensor: this rank quantizes the blocks [f0, f1) that cover its rows (a part
+      // starting at a block boundary gets the whole tensor's codes). With double quantization the
+      // statistics need every block's absmax (their mean, their blocks of 256): each rank's, then
+      // their maximum over the ranks (1/64 of the tensor's elements; a block two ranks share has
+      // the same absmax on both), double-quantized whole on every rank.
+      const bool nf4 = trained == a.tensors.end() && nf4_names.count(t.name) > 0;
+      const int64_t block = lora.nf4_block;
+      int64_t f0 = 0, f1 = 0;
+      fsdp::nf4::Codes codes;
+      std::vector<double> absmax(nf4 && lora.nf4_double_quant ? fsdp::nf4::num_blocks(n, block) : 0, 0.0);
+      at::Tensor w;  // this rank's rows, fp32
+      runtime::run_agreed(world, [&] {
+        if (r1 <= r0) return;
         if (trained != a.tensors.end()) {
           w = trained->second.reshape({t.rows, t.cols}).narrow(0, r0, r1 - r0).contiguous();
-        } else {
-          if (base) {
-            w = base->read(t.name, r0 * t.cols, (r1 - r0) * t.cols).view({r1 - r0, t.cols});
-          } else {  // run.seed's init, as the engine draws it (whole, then this rank's rows)
-            at::Tensor full = at::empty(t.shape, at::TensorOptions().dtype(at::kFloat));
+          return;
+        }
+        at::Tensor full;  // a seeded base: run.seed's init, as the engine draws it (whole)
+        auto read = [&](int64_t first, int64_t count) {
+          if (base) return base->read(t.name, first, count);
+          if (!full.defined()) {
+            full = at::empty(t.shape, at::TensorOptions().dtype(at::kFloat));
             model::init_parameter(full, net->init_rule(t.name), model::param_seed(seed, t.name));
-            w = full.reshape({t.rows, t.cols}).narrow(0, r0, r1 - r0).contiguous();
           }
+          return full.reshape({n}).narrow(0, first, count).contiguous();
+        };
+        if (!nf4) {
+          w = read(r0 * t.cols, (r1 - r0) * t.cols).view({r1 - r0, t.cols});
+          return;
+        }
+        f0 = r0 * t.cols / block * block;
+        f1 = std::min(fsdp::nf4::num_blocks(r1 * t.cols, block) * block, n);
+        codes = fsdp::nf4::quantize(read(f0, f1 - f0), block);
+        if (!absmax.empty()) {
+          const at::Tensor mine = codes.absmax.to(at::kDouble).contiguous();
+          std::copy(mine.data_ptr<double>(), mine.data_ptr<double>() + mine.numel(), absmax.begin() + f0 / block);
+        }
+      });
+      if (!absmax.empty()) runtime::max(world, absmax, "export.nf4_absmax");
+      runtime::run_agreed(world, [&] {
+        if (r1 <= r0) return;
+        if (nf4) {
+          if (!absmax.empty()) {
+            const at::Tensor whole =
+                at::from_blob(absmax.data(), {static_cast<int64_t>(absmax.size())}, at::TensorOptions().dtype(at::kDouble))
+                    .to(at::kFloat);
+            const at::Tensor dq = fsdp::nf4::dequantize_absmax(fsdp::nf4::quantize_absmax(whole));
+            codes.absmax = dq.narrow(0, f0 / block, codes.absmax.numel()).contiguous();
+          }
+          w = fsdp::nf4::dequantize(codes, f1 - f0, block, held)
+                  .narrow(0, r0 * t.cols - f0, (r1 - r0) * t.cols)
+                  .to(at::kFloat)
+                  .contiguous()
+                  .view({r1 - r0, t.cols});
+        }
+        if (trained == a.tensors.end()) {
           const at::Tensor as_held = held == at::kFloat ? w : w.to(held).to(at::kFloat).contiguous();
           ckpt::Digest dg;
           dg.add(as_held.data_ptr<float>(), as_held.numel(), 4, r0 * t.cols);
@@ -293,7 +353,9 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
         const at::Tensor bytes = ckpt::narrow_for_export(w, t.name, dtype, o.allow_overflow);
         pwrite_all(fds[t.file], bytes.data_ptr(), bytes.numel() * eb, t.offset + r0 * t.cols * eb,
                    tmp + "/" + files[t.file]);
-      }
+      });
+    }
+    runtime::run_agreed(world, [&] {
       for (size_t fi = 0; fi < files.size(); ++fi)
         if (::fdatasync(fds[fi]) != 0) throw IoError(tmp + "/" + files[fi] + ": sync failed: " + io::errno_text(errno));
     });
@@ -306,7 +368,8 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
       // The base read is the one the adapter was trained on (checked before anything is visible).
       ckpt::BaseIdentity now;
       now.source = init_from.empty() ? "run.seed = " + std::to_string(seed) : init_from;
-      now.dtype = recorded.dtype;
+      now.dtype = recorded.dtype.empty() ? "" : ckpt::base_dtype_text(ckpt::base_param_dtype(recorded.dtype),
+                                                                     lora.nf4() ? lora.nf4_block : 0, lora.nf4_double_quant);
       for (size_t i = 0; i < out.size(); ++i)
         if (!a.tensors.count(out[i].name)) now.digests[out[i].name] = ckpt::Digest{digests[2 * i], digests[2 * i + 1]};
       const std::string diff = recorded.differences(now);
@@ -333,6 +396,7 @@ void export_merged_hf_directory(MPI_Comm world, const std::string& path, const s
       output->commit();
       uint64_t most = 0;
       for (uint64_t p : peak) most = std::max(most, p);
+      if (!nf4_names.empty()) std::printf("# %s\n", nf4_notice(lora).c_str());
       std::printf("exported %s -> %s: merged LoRA adapter (r %lld, scale %g) into its base (%s), %s, %d rank%s "
                   "(peak resident memory per rank %.1f MiB at most), %zu files:",
                   path.c_str(), out_dir.c_str(), static_cast<long long>(lora.rank), scale, now.source.c_str(),

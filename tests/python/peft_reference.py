@@ -56,9 +56,13 @@ Usage:
       Writes OUT_ADAPTER_DIR (the same adapter_config.json, tensors F32) and prints
       `loss_before`, `grad_norm` (before clipping), `items`, `targets`. --float64: the whole
       computation in float64 (RMSNorm and softmax included), for gradient checks.
-  peft_reference.py merge MODEL_DIR ADAPTER_DIR OUT_DIR
+  peft_reference.py merge MODEL_DIR ADAPTER_DIR OUT_DIR [--base-nf4 BLOCK [--nf4-double-quant]] [--delta-fp64]
       the merged model directory: MODEL_DIR's files (config.json, index, tokenizer files)
-      copied, its safetensors files rewritten with the same names, order and dtypes
+      copied, its safetensors files rewritten with the same names, order and dtypes.
+      --base-nf4 BLOCK [--nf4-double-quant] (a QLoRA adapter, PEFT's merge on a 4-bit base): every
+      linear weight of the blocks, targets or not, through NF4 first (as for `loss`), dequantized
+      in fp32. --delta-fp64: W + s * (sum over k of B[:, k] A[k, :]) in fp64, k in order, rounded
+      once (shardtrain's merge, so the two can agree bit for bit) instead of PEFT's fp32 B @ A
   peft_reference.py compare-adapters GOT_DIR WANT_DIR [--rtol 1e-6]
       the same tensor names and shapes, every tensor within max|got-want| <= rtol * max|want|
       (the worst is reported), and equal r, lora_alpha, use_rslora, target_modules and
@@ -519,15 +523,28 @@ def write_safetensors_like(path, entries):
     pathlib.Path(path).write_bytes(struct.pack("<Q", len(h)) + h + b"".join(e[3] for e in entries))
 
 
-def merge(model_dir, adapter_dir, out_dir):
+def merge(model_dir, adapter_dir, out_dir, nf4_block=None, nf4_double_quant=False, delta_fp64=False):
     """merge_and_unload: W' = W + (B @ A) * s per target (fp32, rounded once to the tensor's
-    dtype); modules_to_save copies replace the originals; everything else byte for byte."""
+    dtype); modules_to_save copies replace the originals; everything else byte for byte.
+    nf4_block (QLoRA): every linear weight of the blocks is first dequantized from NF4 (fp32),
+    targets or not. delta_fp64: W' = fp32(W + s * sum_k B[:, k] A[k, :]) with the sum in fp64 in
+    the order of k (shardtrain's merge) instead of the fp32 GEMM."""
     adapter = read_adapter(adapter_dir, model_dir, need_no_dropout=False)
     src, out = pathlib.Path(model_dir), pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     new = {}
     for m, (a, b) in adapter.lora.items():
-        new[m + ".weight"] = (b.float() @ a.float()) * adapter.scale  # get_delta_weight
+        if delta_fp64:
+            d = torch.zeros(b.shape[0], a.shape[1], dtype=torch.float64)
+            for k in range(a.shape[0]):
+                d += b[:, k:k + 1].double() * a[k:k + 1, :].double()
+            new[m + ".weight"] = d
+        else:
+            new[m + ".weight"] = (b.float() @ a.float()) * adapter.scale  # get_delta_weight
+    def nf4_base(name, w):
+        if nf4_block and w.dim() == 2 and _BLOCK_LINEAR.match(name) and name not in adapter.saved:
+            return nf4_round_trip(w, nf4_block, nf4_double_quant, torch.float32)
+        return w
     files = sorted(src.glob("*.safetensors"))
     index = src / "model.safetensors.index.json"
     if index.exists():
@@ -539,11 +556,19 @@ def merge(model_dir, adapter_dir, out_dir):
     for f in files:
         entries = []
         for name, (dt, shape, data) in hm.read_safetensors_raw(f).items():
+            w = hm.to_tensor(dt, shape, data)
+            quantized = nf4_base(name, w)
             if name in new or name in adapter.saved:
-                w = hm.to_tensor(dt, shape, data)
-                w = w + new[name] if name in new else adapter.saved[name].float()
+                if name not in new:
+                    w = adapter.saved[name].float()
+                elif delta_fp64:
+                    w = (quantized.double() + new[name] * adapter.scale).float()
+                else:
+                    w = quantized + new[name]
                 data = hm.tensor_bytes(w, dt)
                 changed += 1
+            elif quantized is not w:
+                data = hm.tensor_bytes(quantized, dt)
             entries.append((name, dt, shape, data))
         write_safetensors_like(out / f.name, entries)
     want = len(new) + len(adapter.saved)
@@ -792,6 +817,8 @@ def main(argv):
     p = sub.add_parser("merge")
     for a in ("model_dir", "adapter_dir", "out_dir"):
         p.add_argument(a)
+    nf4_options(p)
+    p.add_argument("--delta-fp64", action="store_true")
     p = sub.add_parser("compare-adapters")
     p.add_argument("got_dir")
     p.add_argument("want_dir")
@@ -817,7 +844,7 @@ def main(argv):
         print(f"items {n}")
         print(f"targets {counted}")
     elif args.cmd == "merge":
-        n = merge(args.model_dir, args.adapter_dir, args.out_dir)
+        n = merge(args.model_dir, args.adapter_dir, args.out_dir, args.base_nf4, args.nf4_double_quant, args.delta_fp64)
         print(f"{args.out_dir}: {n} tensors merged")
     elif args.cmd == "compare-adapters":
         n, worst, name = compare_adapters(args.got_dir, args.want_dir, args.rtol)

@@ -23,6 +23,12 @@ struct BaseIdentity {
   std::string differences(const BaseIdentity& now) const;
 };
 
+// BaseIdentity::dtype of a run that holds its base in `param_dtype` ("bf16"), with the blocks'
+// linear weights as NF4 when nf4_block > 0 (lora.base_dtype = "nf4"): "bf16 with nf4 linear
+// weights (block 64, double-quantized)". And back: the param_dtype such a text starts with.
+std::string base_dtype_text(const std::string& param_dtype, int64_t nf4_block, bool nf4_double_quant);
+std::string base_param_dtype(const std::string& dtype_text);
+
 // The identity of the engine's frozen parameters as they are now (each element digested once
 // over the world, replicas and the ignored group split as a checkpoint's writes are: the same at
 // any world size and strategy). Collective over world.
