@@ -3,9 +3,10 @@
 # hybrid strategies differ from full_shard) runs 2 real steps per strategy under the counting
 # allocator and fails if any planned peak is more than 10% off the measured one. Small decks in
 # plan/: fp32 GPT-2, fp32 Llama with GQA, fp32 ViT, bf16 GPT-2 with recomputation, bf16 Llama,
-# LoRA on a bf16 Llama (frozen bf16 base), a partial fine-tune of an fp32 GPT-2 (train.freeze).
+# LoRA on a bf16 Llama (frozen bf16 base), QLoRA on it (the base's linear weights as NF4 with double
+# quantization), a partial fine-tune of an fp32 GPT-2 (train.freeze).
 if(TARGET shardtrain)
-  foreach(deck gpt2-fp32 llama-gqa-fp32 vit-fp32 gpt2-bf16-recompute llama-bf16 llama-lora-bf16 gpt2-freeze-fp32)
+  foreach(deck gpt2-fp32 llama-gqa-fp32 vit-fp32 gpt2-bf16-recompute llama-bf16 llama-lora-bf16 llama-qlora-bf16 gpt2-freeze-fp32)
     string(MAKE_C_IDENTIFIER "${deck}" deck_id)
     add_test(NAME e2e_plan_measure_${deck_id}
       COMMAND ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS} -np 2 $<TARGET_FILE:shardtrain> plan
