@@ -15,6 +15,10 @@ namespace {
 int64_t dtype_bytes(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
 }  // namespace
 
+int64_t nf4_dequant_bytes(int64_t L, const fsdp::nf4::Format& f) {
+  return kNf4DequantBytesPerValue * L + (f.double_quant ? 16 * (L / f.block) : 0);
+}
+
 model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads, const Target& target) {
   model::CostQuery q;
   q.micro_batch = micro_batch;
@@ -37,6 +41,7 @@ struct Instant {
   std::string name;
   int64_t unsharded, grad_buffers, activations;
   bool with_optim = true;
+  int64_t nf4_wire = 0;  // NF4 gathers in flight (their wire buffers)
 };
 
 }  // namespace
@@ -49,13 +54,18 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   m.state_on_host = off;
   // Per unit: U, its unsharded parameter buffers (frozen flats too: they are gathered); G, its
   // gradient buffers and pend, its reduce-scatter's input and output (trainable flats only: a
-  // frozen flat has neither, fsdp::FlatPlan::frozen).
+  // frozen flat has neither, fsdp::FlatPlan::frozen); W, the wire buffers of its NF4 gathers
+  // (fsdp::FlatPlan::nf4, S > 1: every rank's packed shard, S x shard_bytes(), until the gather
+  // is waited for and dequantized into U); Usec, what hpZ keeps a secondary shard of (not the
+  // NF4 flats: they are gathered as codes again).
   int64_t Ur = 0, Ub = 0, Gr = 0, Gb = 0, pend_r = 0, pend_b = 0, nb = 0, nb_grad = 0, max_shard = 0, trainable_elems = 0;
+  int64_t Wb = 0, Ub_sec = 0, deq_b = 0;  // deq_b: a block's NF4 dequantization temporaries
   for (const auto& u : units) {
-    int64_t U = 0, G = 0, pend = 0;
+    int64_t U = 0, G = 0, pend = 0, W = 0, Usec = 0, deq = 0;
     for (const auto& f : u.flats) {
       if (f.frozen) {
         m.frozen += f.shard_bytes();
+        if (f.nf4) m.frozen_nf4 += f.shard_bytes();
       } else {
         m.params += 4 * f.shard_numel;
         m.grads += 4 * f.shard_numel;
@@ -64,6 +74,12 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
       }
       if (f.aliases_master) continue;
       U += f.full_bytes();
+      if (!f.nf4) {
+        Usec += f.full_bytes();
+      } else {
+        if (f.shard_size > 1) W += f.shard_size * f.shard_bytes();
+        deq = std::max(deq, nf4_dequant_bytes(f.shard_numel, f.nf4_format));  // one slice at a time
+      }
       if (f.frozen) continue;
       G += f.full_bytes();
       if (f.shard_size > 1) pend += f.padded * c + f.shard_numel * c;
@@ -76,6 +92,9 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
       ++nb;
       if (G > 0) ++nb_grad;
       Ub = std::max(Ub, U);
+      Wb = std::max(Wb, W);
+      deq_b = std::max(deq_b, deq);
+      Ub_sec = std::max(Ub_sec, Usec);
       Gb = std::max(Gb, G);
       pend_b = std::max(pend_b, pend);
     }
@@ -107,7 +126,8 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
   // its forward until its backward gathers it (the block in backward and the one prefetched have
   // taken theirs).
   const int Gn = runtime::mesh_shard_size(ps.shard_group_size, ps.ranks_per_host);
-  const int64_t sec = ps.engine.compression.secondary_shards && fsdp::compression_support(st).secondary_shards && Gn > 0 ? Ub / Gn : 0;
+  const int64_t sec =
+      ps.engine.compression.secondary_shards && fsdp::compression_support(st).secondary_shards && Gn > 0 ? Ub_sec / Gn : 0;
   auto secs = [&](int64_t taken) { return std::max<int64_t>(0, nb - taken) * sec; };
   // A finished block's reduce-scatter input and output stay until it is retired, and the
   // engine retires by count only: fsdp::kMaxPendingReductions (2) are kept, whether or not
@@ -158,7 +178,17 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
                                  (blk.out_saved == 0 ? a.block_io : 0) + blk.bwd_work
                            : a.inputs + a.embed_saved + below - blk.out_saved + a.grad_in + a.held_grad + blk.bwd_work;
     const std::string name = k < 3 ? kNames[k] : "block " + std::to_string(j) + " backward";
-    at.push_back({name, U + secs(k + 1 + pf), Gr_bwd + Gb + pending_at(k), act});
+    // The block prefetched below it is gathered during this one's backward: its NF4 gathers hold
+    // their wire buffers until its own backward waits for them (the last flats a unit issues, so
+    // they are the ones limit_all_gathers leaves in flight).
+    const int64_t wire = reshard_fwd ? pf * Wb : 0;
+    at.push_back({name, U + secs(k + 1 + pf), Gr_bwd + Gb + pending_at(k), act, true, wire});
+    // Before its backward computes, the block's NF4 flats are dequantized (the waited gather's
+    // slices, its wire still held; or, on one rank, the prefetched block's shard in place): the
+    // same buffers without the block's working memory, with the dequantization's temporaries.
+    if (reshard_fwd && deq_b > 0)
+      at.push_back({name + " (NF4 dequantization)", U + secs(k + 1 + pf), Gr_bwd + Gb + pending_at(k),
+                    act - blk.bwd_work + deq_b, true, Wb});
     below -= blk.saved;
   }
   // Recomputation nodes keep their block's input until the graph is freed after backward.
@@ -188,10 +218,11 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
 
   int64_t best = -1;
   for (const auto& i : at) {
-    const int64_t total = (i.with_optim ? state : at_rest) + i.unsharded + i.grad_buffers + i.activations;
+    const int64_t total = (i.with_optim ? state : at_rest) + i.unsharded + i.nf4_wire + i.grad_buffers + i.activations;
     if (total > best) {
       best = total;
       m.unsharded = i.unsharded;
+      m.nf4_wire = i.nf4_wire;
       m.grad_buffers = i.grad_buffers;
       m.activations = i.activations;
       m.peak_at = i.name;

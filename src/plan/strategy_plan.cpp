@@ -5,7 +5,9 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
 
+#include "shardtrain/model/lora.h"
 #include "shardtrain/runtime/device_mesh.h"
 #include "shardtrain/util/error.h"
 
@@ -195,25 +197,68 @@ PlanSettings with_lora(PlanSettings q) {
   q.spec.finetune.lora.targets = {"all-linear"};
   return q;
 }
+
+const char* const kLoraChange = "lora.rank = 16 on lora.targets = [\"all-linear\"]";
+const char* const kLoraSet = "--set lora.rank=16 --set lora.targets=all-linear";
+const char* const kNf4Change = "lora.base_dtype = \"nf4\" with lora.nf4_double_quant = true (QLoRA)";
+const char* const kNf4Set = "--set lora.base_dtype=nf4 --set lora.nf4_double_quant=true";
+static_assert(kLoraRank == 16, "kLoraChange and kLoraSet spell the rank");
 }  // namespace
+
+PlanSettings with_nf4_base(PlanSettings q, int64_t block, bool double_quant) {
+  ST_CHECK(q.spec.finetune.lora.on(), "with_nf4_base: an NF4 base is a LoRA base (lora.rank > 0)");
+  ST_CHECK(model::valid_nf4_block(block), "with_nf4_base: block ", block, " is not an NF4 block size");
+  q.spec.finetune.lora.nf4_block = block;
+  q.spec.finetune.lora.nf4_double_quant = double_quant;
+  q.engine.nf4.block = block;
+  q.engine.nf4.double_quant = double_quant;
+  q.engine.nf4.params = model::nf4_base_params(*model::build_model(q.spec, at::kMeta));
+  return q;
+}
 
 std::vector<Alternative> alternatives(const PlanSettings& ps, int64_t device_bytes) {
   std::vector<Alternative> out;
   const bool can_offload = !ps.engine.cpu_offload, can_lora = !ps.spec.finetune.lora.on();
-  if (can_offload) out.push_back(best_under(offloaded(ps), device_bytes, "fsdp.cpu_offload = true"));
-  bool lora_ok = false;
+  const bool can_nf4 = !ps.spec.finetune.lora.nf4();
+  auto add = [&](const PlanSettings& q, std::string change, std::string set, bool qlora) -> Alternative& {
+    out.push_back(best_under(q, device_bytes, std::move(change)));
+    out.back().set = std::move(set);
+    out.back().qlora = qlora;
+    return out.back();
+  };
+  const bool offload_fits =
+      can_offload && add(offloaded(ps), "fsdp.cpu_offload = true", "--set fsdp.cpu_offload=true", false).fits;
+  // LoRA (a deck without it), and QLoRA: the deck's LoRA, or that LoRA, with its base in NF4.
+  std::optional<PlanSettings> lora;
   if (can_lora) {
     try {
-      out.push_back(best_under(with_lora(ps), device_bytes,
-                               "lora.rank = " + std::to_string(kLoraRank) + " on lora.targets = [\"all-linear\"]"));
-      lora_ok = true;
+      lora = with_lora(ps);
+      add(*lora, kLoraChange, kLoraSet, false);
     } catch (const UserError&) {
       // A model too narrow for that rank (lora.rank above a layer's min(in, out)): no LoRA line.
+      lora.reset();
     }
+  } else {
+    lora = ps;
   }
-  if (can_offload && lora_ok && !out[0].fits && !out[1].fits)
-    out.push_back(best_under(offloaded(with_lora(ps)), device_bytes,
-                             "lora.rank = " + std::to_string(kLoraRank) + " on all-linear and fsdp.cpu_offload = true"));
+  const bool lora_fits = can_lora && lora && out.back().fits;
+  bool qlora_fits = false;
+  std::optional<PlanSettings> qlora;
+  if (lora && can_nf4) {
+    qlora = with_nf4_base(*lora);
+    const std::string change = can_lora ? std::string(kLoraChange) + " and " + kNf4Change : std::string(kNf4Change);
+    const std::string set = can_lora ? std::string(kLoraSet) + " " + kNf4Set : std::string(kNf4Set);
+    qlora_fits = add(*qlora, change, set, true).fits;
+  }
+  if (can_offload && can_lora && lora && !offload_fits && !lora_fits)
+    add(offloaded(*lora), std::string(kLoraChange) + " and fsdp.cpu_offload = true",
+        std::string(kLoraSet) + " --set fsdp.cpu_offload=true", false);
+  if (can_offload && qlora && !offload_fits && !qlora_fits) {
+    const std::string change = (can_lora ? std::string(kLoraChange) + ", " : std::string()) + kNf4Change +
+                               " and fsdp.cpu_offload = true";
+    const std::string set = (can_lora ? std::string(kLoraSet) + " " : std::string()) + kNf4Set + " --set fsdp.cpu_offload=true";
+    add(offloaded(*qlora), change, set, true);
+  }
   // More ranks: whole hosts of ranks_per_host, doubling, until a strategy fits (or 64x).
   for (int k = 2; k <= 64 && ps.ranks * k <= (1 << 20); k *= 2) {
     PlanSettings q = ps;
@@ -241,6 +286,16 @@ std::vector<Alternative> alternatives(const PlanSettings& ps, int64_t device_byt
     out.push_back(best_under(q, device_bytes, "fsdp.param_dtype = \"bf16\""));
   }
   return out;
+}
+
+const Alternative* only_qlora_fits(const std::vector<Alternative>& alts, int ranks) {
+  const Alternative* q = nullptr;
+  for (const Alternative& a : alts) {
+    if (!a.fits || a.ranks != ranks || a.mem().state_on_host) continue;
+    if (!a.qlora) return nullptr;
+    if (!q) q = &a;
+  }
+  return q;
 }
 
 }  // namespace shardtrain::plan

@@ -38,7 +38,8 @@ std::string flat_bar(const fsdp::FlatPlan& f, int S, int width) {
 }
 
 std::string unit_label(const fsdp::UnitPlan& u, const fsdp::FlatPlan& f) {
-  return u.name + (u.flats.size() > 1 ? std::string(" (") + fsdp::dtype_name(f.dtype) + ")" : std::string());
+  // An NF4 flat (QLoRA's base) is computed in its dtype but stored and gathered as NF4 codes.
+  return u.name + (u.flats.size() > 1 ? std::string(" (") + (f.nf4 ? "nf4" : fsdp::dtype_name(f.dtype)) + ")" : std::string());
 }
 
 }  // namespace
@@ -58,6 +59,7 @@ std::string describe_alternatives(const PlanSettings& ps, const std::vector<Alte
     if (m.host > 0)
       os << "; host memory " << format_bytes(m.host) << " per rank, " << format_bytes(m.host * a.ranks_per_host)
          << " per host of " << a.ranks_per_host << " rank" << (a.ranks_per_host > 1 ? "s" : "");
+    if (!a.set.empty()) os << " (" << a.set << ")";
     os << "\n";
   }
   (void)ps;
@@ -97,7 +99,8 @@ std::string sharding_diagram(const PlanSettings& ps, const StrategyPlan& p, int 
     auto same = [&](const fsdp::UnitPlan& a, const fsdp::UnitPlan& b) {
       if (a.is_root() || b.is_root() || a.is_ignored() != b.is_ignored() || a.flats.size() != b.flats.size()) return false;
       for (size_t k = 0; k < a.flats.size(); ++k)
-        if (a.flats[k].numel != b.flats[k].numel || a.flats[k].dtype != b.flats[k].dtype) return false;
+        if (a.flats[k].numel != b.flats[k].numel || a.flats[k].dtype != b.flats[k].dtype || a.flats[k].nf4 != b.flats[k].nf4)
+          return false;
       return true;
     };
     while (j < p.units.size() && same(p.units[i], p.units[j])) ++j;
@@ -186,6 +189,10 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
       for (size_t i = 0; i < ft.lora.targets.size(); ++i) os << (i ? ", " : "") << ft.lora.targets[i];
       os << ";";
     }
+    if (ft.lora.nf4())
+      os << " the base's linear weights in the blocks as NF4 (QLoRA: blocks of " << ft.lora.nf4_block << ", "
+         << (ft.lora.nf4_double_quant ? "double-quantized statistics" : "fp32 absmax per block")
+         << "; gathered as codes, dequantized to " << fsdp::dtype_name(ps.engine.mp.param_dtype) << " per use);";
     if (!ft.freeze.empty()) os << " train.freeze " << ft.freeze.size() << " pattern" << (ft.freeze.size() > 1 ? "s" : "") << ";";
     const std::shared_ptr<model::Model> meta = model::build_model(sp, at::kMeta);
     int64_t trains = 0;
@@ -229,16 +236,22 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
     return std::to_string(p.shard_size) + " x " + std::to_string(p.replicate_size);
   });
   row("params (fp32 shards)", [](const StrategyPlan& p) { return format_bytes(p.mem.params); });
-  bool any_frozen = false;
-  for (const auto& p : plans) any_frozen = any_frozen || p.mem.frozen > 0;
+  // Frozen shards: in their dtype, and QLoRA's NF4 shards (codes + statistics) on a row of their own.
+  bool any_frozen = false, any_nf4 = false;
+  for (const auto& p : plans) {
+    any_frozen = any_frozen || p.mem.frozen > p.mem.frozen_nf4;
+    any_nf4 = any_nf4 || p.mem.frozen_nf4 > 0;
+  }
   if (any_frozen)
     row("frozen shards (" + std::string(fsdp::dtype_name(ps.engine.mp.param_dtype)) + ")",
-        [](const StrategyPlan& p) { return format_bytes(p.mem.frozen); });
+        [](const StrategyPlan& p) { return format_bytes(p.mem.frozen - p.mem.frozen_nf4); });
+  if (any_nf4) row("frozen shards (NF4)", [](const StrategyPlan& p) { return format_bytes(p.mem.frozen_nf4); });
   row("grads (fp32 shards)", [](const StrategyPlan& p) { return format_bytes(p.mem.grads); });
   row("optimizer state", [](const StrategyPlan& p) { return format_bytes(p.mem.optim); });
   if (dl.diloco())
     row("outer copy + momentum", [](const StrategyPlan& p) { return p.diloco ? format_bytes(p.mem.outer) : std::string("-"); });
   row("unsharded params", [](const StrategyPlan& p) { return format_bytes(p.mem.unsharded); });
+  if (any_nf4) row("NF4 gathers in flight", [](const StrategyPlan& p) { return format_bytes(p.mem.nf4_wire); });
   row("unsharded grad buffers", [](const StrategyPlan& p) { return format_bytes(p.mem.grad_buffers); });
   row("activations + working", [](const StrategyPlan& p) { return format_bytes(p.mem.activations); });
   row(ps.engine.activation_checkpointing ? "peak (deck: recompute)" : "peak (deck)",
@@ -310,7 +323,18 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
     for (const auto& p : plans) least = std::min(least, p.mem_recompute.total);
     os << "recommendation: nothing fits " << format_bytes(device_bytes) << " per rank (the smallest peak is "
        << format_bytes(least) << " with recomputation). Planned instead, one change at a time:\n";
-    os << describe_alternatives(ps, alternatives(ps, device_bytes), device_bytes);
+    const std::vector<Alternative> alts = alternatives(ps, device_bytes);
+    os << describe_alternatives(ps, alts, device_bytes);
+    // Only QLoRA fits these ranks: name it, and the keys that set it.
+    if (const Alternative* q = only_qlora_fits(alts, ps.ranks)) {
+      const MemoryBreakdown& m = q->mem();
+      os << "recommendation: QLoRA, the only change planned above that fits " << ps.ranks << " rank"
+         << (ps.ranks > 1 ? "s" : "") << " with the state on the device: " << q->change << ", parallel.strategy = \""
+         << fsdp::to_string(q->plan.strategy) << "\"" << (q->recompute ? " with fsdp.activation_checkpointing = true" : "")
+         << " (peak " << format_bytes(m.total) << " of " << format_bytes(device_bytes) << " per rank): " << q->set
+         << " --set parallel.strategy=" << fsdp::to_string(q->plan.strategy)
+         << (q->recompute ? " --set fsdp.activation_checkpointing=true" : "") << "\n";
+    }
   } else {
     const StrategyPlan& p = plans[best];
     const MemoryBreakdown& m = rc ? p.mem_recompute : p.mem_no_recompute;

@@ -51,7 +51,8 @@ double link_weight(const PlanSettings& ps, int edges) {
 // quantized weight gather (qw) and / or the quantized replica average (qg): ring algorithms, an
 // all-gather or reduce-scatter over S ranks sends (S-1)/S of the buffer, an all-reduce over R
 // ranks 2(R-1)/R; quantized, a gather sends (S-1) packed shards (int8 + an fp32 scale per
-// fsdp.quant_block values) and the replica average is an all-gather of R-1 packed shards. The
+// fsdp.quant_block values) and the replica average is an all-gather of R-1 packed shards. An
+// NF4 flat's gather sends (S-1) of its packed NF4 shards (fsdp::FlatPlan::shard_bytes). The
 // accuracy guard adds the exact collective every quant_guard_every steps (amortised here).
 Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPlan& p, bool qw, bool qg, bool hp) {
   Traffic out;
@@ -94,6 +95,16 @@ Traffic step_traffic(const PlanSettings& ps, fsdp::Strategy st, const StrategyPl
         continue;
       }
       const int gathers = u.is_root() ? 1 : (fsdp::reshards_after_forward(st) ? 2 : 1);
+      if (st != fsdp::Strategy::NoShard && f.nf4) {
+        // QLoRA's base (fsdp::FlatPlan::nf4): every gather moves the packed shards, codes and
+        // statistics (S x shard_bytes()), over the shard group each time: the engine neither
+        // quantizes them again (quantize_weights) nor keeps a secondary shard of them (hpZ).
+        const double codes = ring_bytes_sent(RingOp::AllGather, S, static_cast<double>(S) * f.shard_bytes());
+        ag += ps.grad_accum * gathers * codes;
+        emit(CollectiveKind::ForwardGather, unit, codes, ring_steps(RingOp::AllGather, S), es);
+        if (gathers == 2) emit(CollectiveKind::BackwardGather, unit, codes, ring_steps(RingOp::AllGather, S), es);
+        continue;  // frozen: nothing to reduce or average
+      }
       if (st != fsdp::Strategy::NoShard) {
         const double plain = ring_bytes_sent(RingOp::AllGather, S, f.padded * f.elem_bytes());
         const double packed = ring_bytes_sent(RingOp::AllGather, S, S * fsdp::quantized_bytes(f.shard_numel, block));

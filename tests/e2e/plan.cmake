@@ -3,9 +3,10 @@
 # hybrid strategies differ from full_shard) runs 2 real steps per strategy under the counting
 # allocator and fails if any planned peak is more than 10% off the measured one. Small decks in
 # plan/: fp32 GPT-2, fp32 Llama with GQA, fp32 ViT, bf16 GPT-2 with recomputation, bf16 Llama,
-# LoRA on a bf16 Llama (frozen bf16 base), a partial fine-tune of an fp32 GPT-2 (train.freeze).
+# LoRA on a bf16 Llama (frozen bf16 base), QLoRA on it (the base's linear weights as NF4 with double
+# quantization), a partial fine-tune of an fp32 GPT-2 (train.freeze).
 if(TARGET shardtrain)
-  foreach(deck gpt2-fp32 llama-gqa-fp32 vit-fp32 gpt2-bf16-recompute llama-bf16 llama-lora-bf16 gpt2-freeze-fp32)
+  foreach(deck gpt2-fp32 llama-gqa-fp32 vit-fp32 gpt2-bf16-recompute llama-bf16 llama-lora-bf16 llama-qlora-bf16 gpt2-freeze-fp32)
     string(MAKE_C_IDENTIFIER "${deck}" deck_id)
     add_test(NAME e2e_plan_measure_${deck_id}
       COMMAND ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS} -np 2 $<TARGET_FILE:shardtrain> plan
@@ -36,6 +37,35 @@ if(TARGET shardtrain)
     "frozen shards \\(bf16\\).*recommendation: parallel.strategy = \"full_shard\" with fsdp.activation_checkpointing = true")
   set_tests_properties(e2e_plan_report_llama_70b_full PROPERTIES PASS_REGULAR_EXPRESSION
     "nothing fits.*fsdp.cpu_offload = true: full_shard[^\n]*host memory [0-9.]+ GiB per rank, [0-9.]+ TiB per host of 8 ranks.*lora.rank = 16 on lora.targets = \\[\"all-linear\"\\]: full_shard")
+  # QLoRA (inputs/llama-70b-qlora.toml: LoRA r 64, the base's linear weights in NF4 with double
+  # quantization, micro-batch 1 x 2048, recomputation) on GPUs without 80 GB: 8 x 24 GiB with at
+  # least 25% headroom (peak <= 18 GiB), 4 x 48 GiB, and 2 x 24 GiB with cpu_offload at most
+  # 19.6 GiB per card with its host memory stated. The same LoRA with its base in bf16 fits
+  # nothing on 8 x 24 GiB, and the recommendation names QLoRA with its --set keys.
+  set(qlora_flags --target cuda --compute-tflops 150 --cores-per-host 64)
+  add_test(NAME e2e_plan_report_llama_70b_qlora_8x24
+    COMMAND $<TARGET_FILE:shardtrain> plan ${PROJECT_SOURCE_DIR}/inputs/llama-70b-qlora.toml --ranks 8
+            --device-memory 24GiB ${qlora_flags})
+  add_test(NAME e2e_plan_report_llama_70b_qlora_4x48
+    COMMAND $<TARGET_FILE:shardtrain> plan ${PROJECT_SOURCE_DIR}/inputs/llama-70b-qlora.toml --ranks 4
+            --device-memory 48GiB ${qlora_flags})
+  add_test(NAME e2e_plan_report_llama_70b_qlora_2x24_offload
+    COMMAND $<TARGET_FILE:shardtrain> plan ${PROJECT_SOURCE_DIR}/inputs/llama-70b-qlora.toml --ranks 2
+            --device-memory 24GiB ${qlora_flags} --set fsdp.cpu_offload=true)
+  add_test(NAME e2e_plan_report_llama_70b_lora_names_qlora
+    COMMAND $<TARGET_FILE:shardtrain> plan ${PROJECT_SOURCE_DIR}/inputs/llama-70b-lora.toml --ranks 8
+            --device-memory 24GiB ${qlora_flags} --set lora.rank=64 --set train.micro_batch=1)
+  set_tests_properties(e2e_plan_report_llama_70b_qlora_8x24 e2e_plan_report_llama_70b_qlora_4x48
+    e2e_plan_report_llama_70b_qlora_2x24_offload e2e_plan_report_llama_70b_lora_names_qlora PROPERTIES TIMEOUT 180
+    LABELS "e2e;plan" ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  set_tests_properties(e2e_plan_report_llama_70b_qlora_8x24 PROPERTIES PASS_REGULAR_EXPRESSION
+    "frozen shards \\(NF4\\).*NF4 gathers in flight.*recommendation: parallel.strategy = \"full_shard\" with fsdp.activation_checkpointing = true \\(peak (1[0-7]|[0-9])\\.[0-9]+ GiB of 24.00 GiB")
+  set_tests_properties(e2e_plan_report_llama_70b_qlora_4x48 PROPERTIES PASS_REGULAR_EXPRESSION
+    "frozen shards \\(NF4\\).*recommendation: parallel.strategy = \"full_shard\" with fsdp.activation_checkpointing = true \\(peak [0-9.]+ GiB of 48.00 GiB")
+  set_tests_properties(e2e_plan_report_llama_70b_qlora_2x24_offload PROPERTIES PASS_REGULAR_EXPRESSION
+    "host memory / rank[^\n]*GiB.*host memory / host.*recommendation: parallel.strategy = \"full_shard\" with fsdp.activation_checkpointing = true \\(peak (1[0-8]\\.[0-9]+|19\\.[0-5][0-9]*|[0-9]\\.[0-9]+) GiB of 24.00 GiB")
+  set_tests_properties(e2e_plan_report_llama_70b_lora_names_qlora PROPERTIES PASS_REGULAR_EXPRESSION
+    "nothing fits 24.00 GiB.*recommendation: QLoRA, the only change planned above that fits 8 ranks[^\n]*: --set lora.base_dtype=nf4 --set lora.nf4_double_quant=true --set parallel.strategy=full_shard")
   # A bad size is a user error (exit 2).
   add_test(NAME e2e_plan_bad_device_memory
     COMMAND $<TARGET_FILE:shardtrain> plan ${CMAKE_CURRENT_LIST_DIR}/plan/gpt2-fp32.toml --device-memory 12parsecs)

@@ -1027,3 +1027,219 @@ TEST(FrozenPlan, WhatWouldFitIsPlanned) {
   EXPECT_NE(text.find("lora.rank = 16"), std::string::npos);
   EXPECT_EQ(find("fsdp.param_dtype"), nullptr);  // the deck is bf16 already
 }
+
+// ---- QLoRA: the base's linear weights as NF4 shards (issue 38) ----------------------------------
+
+namespace {
+// A bf16 Llama whose blocks' linear weights are multiples of the double quantization's alignment
+// (64 x 256 = 16384 elements: q, k, v, o 128 x 128, gate, up, down 128 x 512), so that NF4 adds
+// no padding at 2 or 4 ranks; LoRA of rank 8 on every linear of the blocks.
+PlanSettings llama_nf4(int ranks, bool double_quant = true) {
+  PlanSettings ps = llama(ranks, 8);
+  ps.spec.d_model = 128;
+  ps.spec.d_ff = 512;
+  ps.spec.n_heads = 4;
+  ps.spec = model::resolve_spec(ps.spec);
+  ps.engine.mp.param_dtype = at::kBFloat16;
+  ps.engine.mp.reduce_dtype = at::kBFloat16;
+  return plan::with_nf4_base(ps, 64, double_quant);
+}
+
+PlanSettings without_nf4(PlanSettings ps) {
+  ps.spec.finetune.lora.nf4_block = 0;
+  ps.spec.finetune.lora.nf4_double_quant = false;
+  ps.engine.nf4 = {};
+  return ps;
+}
+
+// nf4_shard.h's layout: L / 2 bytes of codes, then the statistics.
+int64_t nf4_bytes(int64_t L, int64_t block, bool dq) {
+  return L / 2 + (dq ? L / block + 2 * 4 * (L / (block * 256)) : 4 * (L / block));
+}
+}  // namespace
+
+// The blocks' frozen linear weights are one NF4 flat per block; its shard is codes and
+// statistics (nf4_shard.h), counted at those bytes in the state (frozen_nf4, part of frozen),
+// never as shard_numel x the compute dtype; the rest of the frozen base stays bf16.
+TEST(Nf4Plan, ShardsAreCodesAndStatistics) {
+  for (const bool dq : {true, false}) {
+    SCOPED_TRACE(dq ? "double quantization" : "fp32 absmax");
+    const PlanSettings ps = llama_nf4(2, dq);
+    ASSERT_EQ(ps.engine.nf4.params.size(), 3u * 7u);  // seven linears in each of 3 blocks
+    const StrategyPlan p = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+    int64_t nf4 = 0, bf16 = 0, flats = 0;
+    for (const auto& u : p.units)
+      for (const auto& f : u.flats) {
+        if (!f.nf4) {
+          if (f.frozen) bf16 += f.shard_numel * f.elem_bytes();
+          continue;
+        }
+        ++flats;
+        EXPECT_FALSE(u.is_root());
+        EXPECT_TRUE(f.frozen);
+        EXPECT_FALSE(f.aliases_master);
+        EXPECT_EQ(f.padded % (2 * f.nf4_format.align()), 0);
+        EXPECT_EQ(f.shard_bytes(), nf4_bytes(f.shard_numel, 64, dq));
+        nf4 += f.shard_bytes();
+      }
+    EXPECT_EQ(flats, 3);
+    EXPECT_EQ(p.mem.frozen_nf4, nf4);
+    EXPECT_EQ(p.mem.frozen, nf4 + bf16);
+    // Against the same LoRA with its base in bf16: 0.5 + 1/64 + 8/16384 (0.516) or 0.5 + 4/64
+    // (0.5625) bytes per weight instead of 2.
+    const StrategyPlan b = plan::plan_strategy(without_nf4(ps), fsdp::Strategy::FullShard);
+    EXPECT_EQ(b.mem.frozen_nf4, 0);
+    const double weights = 3.0 * (4 * 128 * 128 + 3 * 128 * 512) / 2;  // per rank
+    EXPECT_DOUBLE_EQ(static_cast<double>(b.mem.frozen - bf16), 2 * weights);
+    EXPECT_DOUBLE_EQ(static_cast<double>(nf4) / weights, dq ? 0.5 + 1.0 / 64 + 8.0 / 16384 : 0.5 + 4.0 / 64);
+    EXPECT_EQ(p.mem.params, b.mem.params);  // the adapters' state does not change
+    const std::string text = plan::format_plan(ps, {p}, int64_t{1} << 30);
+    EXPECT_NE(text.find("model.layers.0 (nf4)"), std::string::npos);
+    EXPECT_NE(text.find("frozen shards (NF4)"), std::string::npos);
+    EXPECT_NE(text.find("frozen shards (bf16)"), std::string::npos);
+    EXPECT_NE(text.find("as NF4 (QLoRA: blocks of 64"), std::string::npos);
+  }
+}
+
+// An NF4 gather holds a wire buffer of S x shard_bytes (every rank's packed shard) until it is
+// waited for and dequantized: at a block's backward the block prefetched below it is in flight,
+// and before it, the block's own gather is dequantized, one slice at a time, with its wire and
+// the dequantization's temporaries (nf4_dequant_bytes) instead of the block's working memory.
+// With shard_grad_op (nothing gathered in backward) there is none; on one rank nothing is sent
+// (no wire), the shard is dequantized in place.
+TEST(Nf4Plan, WireBufferAndDequantizationOfTheGathers) {
+  PlanSettings ps = llama_nf4(2);
+  ASSERT_EQ(ps.engine.backward_prefetch, fsdp::BackwardPrefetch::Pre);
+  const StrategyPlan p = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+  int64_t wire = 0, deq = 0;
+  for (const auto& f : p.units[1].flats)
+    if (f.nf4) {
+      wire = 2 * f.shard_bytes();
+      deq = plan::nf4_dequant_bytes(f.shard_numel, f.nf4_format);
+    }
+  ASSERT_GT(wire, 0);
+  EXPECT_EQ(deq, 28 * 131072 + 16 * (131072 / 64));  // L = (4 x 128 x 128 + 3 x 128 x 512) / 2
+  for (const plan::MemoryBreakdown* m : {&p.mem_no_recompute, &p.mem_recompute}) {
+    ASSERT_NE(m->peak_at.find("backward"), std::string::npos);
+    EXPECT_EQ(m->nf4_wire, wire);
+    EXPECT_EQ(m->total, m->state() + m->unsharded + m->nf4_wire + m->grad_buffers + m->activations);
+  }
+  // The dequantization instant holds the temporaries in place of the block's working memory.
+  if (p.mem_no_recompute.peak_at.find("NF4 dequantization") != std::string::npos) {
+    EXPECT_GE(p.mem_no_recompute.activations, deq);
+  }
+  // Without prefetch no gather is in flight during a block's backward: only the dequantization
+  // instant holds a wire.
+  PlanSettings np = ps;
+  np.engine.backward_prefetch = fsdp::BackwardPrefetch::None;
+  const StrategyPlan n = plan::plan_strategy(np, fsdp::Strategy::FullShard);
+  EXPECT_EQ(n.mem_no_recompute.nf4_wire, n.mem_no_recompute.peak_at.find("NF4 dequantization") != std::string::npos ? wire : 0);
+  EXPECT_LT(n.mem_no_recompute.total, p.mem_no_recompute.total);
+  EXPECT_EQ(plan::plan_strategy(ps, fsdp::Strategy::ShardGradOp).mem.nf4_wire, 0);
+  EXPECT_EQ(plan::plan_strategy(ps, fsdp::Strategy::ShardGradOp).mem.peak_at.find("NF4"), std::string::npos);
+  const StrategyPlan one = plan::plan_strategy(llama_nf4(1), fsdp::Strategy::FullShard);
+  EXPECT_EQ(one.mem.nf4_wire, 0);
+  const std::string text = plan::format_plan(ps, {p}, int64_t{1} << 30);
+  EXPECT_NE(text.find("NF4 gathers in flight"), std::string::npos);
+}
+
+// The NF4 flats' all-gathers move codes and statistics: (S - 1) x shard_bytes per rank and
+// gather, twice per block under full_shard; at 4 ranks with double quantization the frozen
+// base's all-gather bytes are 0.258 of its bf16 ones (<= 0.27). The step estimate replays the
+// same collectives, so its all-gather time shrinks with them.
+TEST(Nf4Plan, GathersMoveCodes) {
+  const PlanSettings q = llama_nf4(4);
+  const PlanSettings b = without_nf4(q);
+  const StrategyPlan pq = plan::plan_strategy(q, fsdp::Strategy::FullShard);
+  const StrategyPlan pb = plan::plan_strategy(b, fsdp::Strategy::FullShard);
+  double nf4 = 0, base_bf16 = 0;
+  for (const auto& u : pq.units)
+    for (const auto& f : u.flats)
+      if (f.nf4) nf4 += 2 * 3.0 * f.shard_bytes();  // two gathers, (S - 1) packed shards
+  for (const auto& u : pb.units)
+    for (const auto& f : u.flats)
+      if (!u.is_root() && f.frozen && f.dtype == at::kBFloat16) base_bf16 += 2 * 3.0 / 4 * f.padded * f.elem_bytes();
+  ASSERT_GT(nf4, 0);
+  EXPECT_NEAR(static_cast<double>(pb.comm.all_gather - pq.comm.all_gather), base_bf16 - nf4, 4);
+  EXPECT_LE(nf4 / base_bf16, 0.27);
+  EXPECT_NEAR(nf4 / base_bf16, (0.5 + 1.0 / 64 + 8.0 / 16384) / 2, 1e-9);
+  EXPECT_EQ(pq.comm.reduce_scatter, pb.comm.reduce_scatter);  // frozen: never reduced
+  double gathered = 0;
+  for (const auto& c : pq.collectives)
+    if (c.kind == plan::CollectiveKind::ForwardGather || c.kind == plan::CollectiveKind::BackwardGather)
+      gathered += c.bytes;
+  EXPECT_NEAR(gathered, static_cast<double>(pq.comm.all_gather), 4);
+  EXPECT_LT(pq.step.comm_s, pb.step.comm_s);
+  // quantize_weights does not touch an NF4 flat (the engine gathers its codes as they are), and
+  // hpZ keeps no secondary shard of it: with both, the NF4 bytes stay.
+  PlanSettings zq = q, zb = b;
+  for (PlanSettings* z : {&zq, &zb}) {
+    z->ranks_per_host = 2;
+    z->engine.compression.quantize_weights = true;
+    z->engine.compression.secondary_shards = true;
+  }
+  const StrategyPlan hq = plan::plan_strategy(zq, fsdp::Strategy::FullShard);
+  const StrategyPlan hb = plan::plan_strategy(zb, fsdp::Strategy::FullShard);
+  EXPECT_LT(hq.comm.all_gather, hb.comm.all_gather);
+  EXPECT_LT(hq.mem_no_recompute.unsharded - hb.mem_no_recompute.unsharded, 0);  // no secondary shard of the NF4 flats
+}
+
+// With cpu_offload the NF4 shards are host memory (the engine keeps packed() on the host): the
+// host counts them at their bytes, the device peak none of the state.
+TEST(Nf4Plan, CpuOffloadKeepsTheCodesOnTheHost) {
+  PlanSettings ps = llama_nf4(2);
+  ps.engine.cpu_offload = true;
+  const StrategyPlan p = plan::plan_strategy(ps, fsdp::Strategy::FullShard);
+  PlanSettings b = without_nf4(ps);
+  const StrategyPlan pb = plan::plan_strategy(b, fsdp::Strategy::FullShard);
+  EXPECT_GT(p.mem.frozen_nf4, 0);
+  EXPECT_EQ(pb.mem.host - p.mem.host, pb.mem.frozen - p.mem.frozen);
+  EXPECT_EQ(p.mem.host - pb.mem.host, p.mem.frozen - pb.mem.frozen);
+  // On the device no state: buffers, the wire and activations.
+  EXPECT_TRUE(p.mem.state_on_host);
+  EXPECT_EQ(p.mem.total, p.mem.unsharded + p.mem.nf4_wire + p.mem.grad_buffers + p.mem.activations);
+  EXPECT_GT(p.mem.nf4_wire, 0);
+}
+
+// Nothing fits a LoRA deck with its base in bf16 on these ranks: QLoRA is planned, and named with
+// its --set keys when it is the only change on these ranks that keeps the state on the device;
+// a full fine-tune gets LoRA + NF4. A deck already in NF4 gets no QLoRA line.
+TEST(Nf4Plan, RecommendationNamesQlora) {
+  PlanSettings q = llama_nf4(2);
+  q.micro_batch = 1;  // no smaller micro-batch to plan
+  const PlanSettings b = without_nf4(q);
+  auto least = [](const PlanSettings& s) {
+    int64_t m = INT64_MAX;
+    for (const auto& p : plan::plan_all(s)) m = std::min(m, p.mem_recompute.total);
+    return m;
+  };
+  const int64_t lq = least(q), lb = least(b);
+  ASSERT_LT(lq, lb);
+  const int64_t device = (lq + lb) / 2;
+  const std::vector<plan::Alternative> alts = plan::alternatives(b, device);
+  const plan::Alternative* qa = nullptr;
+  for (const auto& a : alts)
+    if (a.qlora && a.ranks == 2 && !a.mem().state_on_host) qa = &a;
+  ASSERT_NE(qa, nullptr);
+  EXPECT_TRUE(qa->fits);
+  EXPECT_EQ(qa->set, "--set lora.base_dtype=nf4 --set lora.nf4_double_quant=true");
+  EXPECT_GT(qa->plan.mem.frozen_nf4, 0);
+  EXPECT_EQ(plan::only_qlora_fits(alts, 2), qa);
+  const std::string text = plan::format_plan(b, plan::plan_all(b), device);
+  EXPECT_NE(text.find("nothing fits"), std::string::npos);
+  EXPECT_NE(text.find("recommendation: QLoRA, the only change planned above that fits 2 ranks"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("--set lora.base_dtype=nf4 --set lora.nf4_double_quant=true --set parallel.strategy="),
+            std::string::npos);
+  // A full fine-tune: LoRA of rank 16 with its base in NF4 among the alternatives.
+  PlanSettings full = b;
+  full.spec.finetune = {};
+  bool lora_nf4 = false;
+  for (const auto& a : plan::alternatives(full, 1))
+    lora_nf4 = lora_nf4 || (a.qlora && a.set.rfind("--set lora.rank=16 --set lora.targets=all-linear --set lora.base_dtype=nf4", 0) == 0);
+  EXPECT_TRUE(lora_nf4);
+  // Already QLoRA: nothing to name.
+  for (const auto& a : plan::alternatives(q, 1)) EXPECT_FALSE(a.qlora) << a.change;
+  // When a change without NF4 fits too (LoRA's base in bf16 on a bigger device), QLoRA is not named.
+  EXPECT_EQ(plan::only_qlora_fits(plan::alternatives(full, int64_t{1} << 40), 2), nullptr);
+}

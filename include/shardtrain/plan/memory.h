@@ -30,10 +30,15 @@ model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch,
 struct MemoryBreakdown {
   int64_t params = 0;          // fp32 master shards of the trainable flats
   int64_t frozen = 0;          // frozen shards in their dtype (fsdp::FlatPlan::frozen: no master, grad, state)
+  int64_t frozen_nf4 = 0;      // of `frozen`: NF4 shards (fsdp::FlatPlan::nf4: codes + statistics, shard_bytes())
   int64_t grads = 0;           // fp32 gradient shards (trainable flats)
   int64_t optim = 0;           // optimizer states (fp32, trainable flats)
   int64_t outer = 0;           // DiLoCo: the fp32 outer copy and outer momentum of the trainable shards (runs_diloco)
   int64_t unsharded = 0;       // unsharded parameter buffers at the peak (compute dtype; frozen flats too)
+  // NF4 gathers in flight at the peak: each holds a wire buffer of S x shard_bytes() (every rank's
+  // packed shard) until it is waited for and dequantized into its unsharded buffer (the block
+  // prefetched during a block's backward); 0 without NF4 flats or with S = 1.
+  int64_t nf4_wire = 0;
   int64_t grad_buffers = 0;    // unsharded gradient buffers (incl. pending reductions) at the peak
   int64_t activations = 0;     // saved activations + working memory at the peak
   int64_t total = 0;           // the peak: the largest of the instants below
@@ -45,6 +50,16 @@ struct MemoryBreakdown {
   int64_t saved_activations = 0;  // saved by the whole forward (without working memory)
   int64_t state() const { return params + frozen + grads + optim + outer; }
 };
+
+// NF4 (QLoRA's base): the temporaries of dequantizing one slice of L values of an NF4 flat
+// (fsdp::nf4::dequantize_shard, src/fsdp/nf4_shard.cpp as it is: the codes widened to int64 (4 L
+// bytes), their two nibbles (4 L + 4 L), the level indices (8 L), the fp32 levels and their
+// products with the absmax (4 L + 4 L), all live until it returns; with double quantization the
+// absmax codes widened and dequantized, 16 bytes per block). A gather dequantizes one rank's
+// slice at a time. When dequantize_shard bounds its temporaries to chunks, this becomes the
+// chunk's bound (nf4_shard.h's constant).
+inline constexpr int64_t kNf4DequantBytesPerValue = 28;
+int64_t nf4_dequant_bytes(int64_t L, const fsdp::nf4::Format& f);
 
 // The peak of one step of strategy st over `units` (shard group size S), with activations `a`,
 // with (rc) or without recomputation.

@@ -59,14 +59,26 @@ const std::vector<fsdp::Strategy>& all_strategies();
 // that plan needs activation checkpointing.
 int recommend(const std::vector<StrategyPlan>& plans, int64_t device_bytes, bool* recompute);
 
+// QLoRA's base (lora.base_dtype = "nf4"): q's LoRA base with the blocks' frozen linear weights
+// as NF4 codes in blocks of `block` values, their statistics double-quantized with double_quant:
+// the spec records it (model::LoraSpec::nf4_block) and the engine's options name the weights
+// (fsdp::Nf4Base from model::nf4_base_params of q's model, as train::engine_options_from_deck
+// does for a deck), so that plan_units lays out the NF4 flats. q must have LoRA (rank > 0).
+inline constexpr int64_t kQloraBlock = 64;  // QLoRA's (bitsandbytes' default blocksize)
+PlanSettings with_nf4_base(PlanSettings q, int64_t block = kQloraBlock, bool double_quant = true);
+
 // When nothing fits: the deck changed one way at a time, each planned (every strategy) and its
 // recommendation taken: fsdp.cpu_offload (with its host memory), LoRA of rank kLoraRank on
-// every linear layer of the blocks (without a LoRA in the deck), more ranks (whole hosts, up to
-// 64x), a micro-batch of 1 (the global batch kept by grad_accum), bf16 (from fp32); and LoRA
-// with cpu_offload when neither fits alone.
+// every linear layer of the blocks (without a LoRA in the deck), QLoRA (a LoRA deck's base in NF4
+// with double quantization; without a LoRA in the deck, LoRA of rank kLoraRank and its base in
+// NF4), more ranks (whole hosts, up to 64x), a micro-batch of 1 (the global batch kept by
+// grad_accum), bf16 (from fp32); LoRA with cpu_offload when neither fits alone, and QLoRA with
+// cpu_offload when neither of those fits alone.
 inline constexpr int64_t kLoraRank = 16;
 struct Alternative {
   std::string change;          // as the deck key or flag would say it
+  std::string set;             // the same as `--set KEY=VALUE` flags of plan and train
+  bool qlora = false;          // the change stores the base in NF4 (lora.base_dtype = "nf4")
   bool fits = false;
   StrategyPlan plan;           // its recommendation; if nothing fits, the smallest peak
   bool recompute = false;      // that plan needs fsdp.activation_checkpointing
@@ -74,5 +86,10 @@ struct Alternative {
   const MemoryBreakdown& mem() const { return recompute ? plan.mem_recompute : plan.mem_no_recompute; }
 };
 std::vector<Alternative> alternatives(const PlanSettings& s, int64_t device_bytes);
+// The alternative to name when, on the deck's `ranks` and without host memory, only QLoRA fits:
+// the first QLoRA alternative that fits when no other alternative does that keeps the ranks (the
+// job has the ranks it has) and keeps the state on the device (cpu_offload's host memory is
+// stated but not checked: few nodes have a TiB); nullptr otherwise.
+const Alternative* only_qlora_fits(const std::vector<Alternative>& alts, int ranks);
 
 }  // namespace shardtrain::plan
