@@ -171,6 +171,15 @@ at::Tensor double_quantize(const at::Tensor& plain_packed, int64_t L, int64_t be
   return packed;
 }
 
+namespace {
+int64_t dequant_chunk(const Format& f) { return std::max<int64_t>(f.align(), kDequantChunkElems / f.align() * f.align()); }
+}  // namespace
+
+int64_t dequant_temp_bytes(int64_t L, const Format& f, bool cuda) {
+  const int64_t n = std::min(L, dequant_chunk(f));
+  return (cuda ? 12 * n : 0) + (f.double_quant ? 20 * (n / f.block) : 0);
+}
+
 void dequantize_shard(const at::Tensor& packed, int64_t L, const Format& f, const at::Tensor& out) {
   ST_CHECK(out.numel() == L && out.is_contiguous(), "nf4: dequantizing ", L, " values into ", out.numel());
   const Parts p = parts_of(packed, L, f);
@@ -188,7 +197,7 @@ void dequantize_shard(const at::Tensor& packed, int64_t L, const Format& f, cons
   const at::Tensor flat_out = out.view({L});
   // Chunks of whole blocks of statistics, so the temporaries stay kDequantChunkElems-sized however
   // large the shard (a 70B layer's slice is 10^8 values).
-  const int64_t chunk = std::max<int64_t>(f.align(), kDequantChunkElems / f.align() * f.align());
+  const int64_t chunk = dequant_chunk(f);
   for (int64_t a = 0; a < L; a += chunk) {
     const int64_t n = std::min(chunk, L - a), nb = n / f.block, b0 = a / f.block;
     at::Tensor absmax;

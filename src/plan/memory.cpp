@@ -15,8 +15,8 @@ namespace {
 int64_t dtype_bytes(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
 }  // namespace
 
-int64_t nf4_dequant_bytes(int64_t L, const fsdp::nf4::Format& f) {
-  return kNf4DequantBytesPerValue * L + (f.double_quant ? 16 * (L / f.block) : 0);
+int64_t nf4_dequant_bytes(int64_t L, const fsdp::nf4::Format& f, bool cuda) {
+  return fsdp::nf4::dequant_temp_bytes(L, f, cuda);
 }
 
 model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads, const Target& target) {
@@ -78,7 +78,7 @@ MemoryBreakdown peak_memory(const PlanSettings& ps, fsdp::Strategy st, const std
         Usec += f.full_bytes();
       } else {
         if (f.shard_size > 1) W += f.shard_size * f.shard_bytes();
-        deq = std::max(deq, nf4_dequant_bytes(f.shard_numel, f.nf4_format));  // one slice at a time
+        deq = std::max(deq, nf4_dequant_bytes(f.shard_numel, f.nf4_format, ps.target.cuda));  // one slice at a time
       }
       if (f.frozen) continue;
       G += f.full_bytes();

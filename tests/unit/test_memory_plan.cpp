@@ -1104,7 +1104,7 @@ TEST(Nf4Plan, ShardsAreCodesAndStatistics) {
 // An NF4 gather holds a wire buffer of S x shard_bytes (every rank's packed shard) until it is
 // waited for and dequantized: at a block's backward the block prefetched below it is in flight,
 // and before it, the block's own gather is dequantized, one slice at a time, with its wire and
-// the dequantization's temporaries (nf4_dequant_bytes) instead of the block's working memory.
+// the dequantization's temporaries (nf4_dequant_bytes, the engine's dequant_temp_bytes) instead of the block's working memory.
 // With shard_grad_op (nothing gathered in backward) there is none; on one rank nothing is sent
 // (no wire), the shard is dequantized in place.
 TEST(Nf4Plan, WireBufferAndDequantizationOfTheGathers) {
@@ -1115,10 +1115,12 @@ TEST(Nf4Plan, WireBufferAndDequantizationOfTheGathers) {
   for (const auto& f : p.units[1].flats)
     if (f.nf4) {
       wire = 2 * f.shard_bytes();
-      deq = plan::nf4_dequant_bytes(f.shard_numel, f.nf4_format);
+      deq = plan::nf4_dequant_bytes(f.shard_numel, f.nf4_format, /*cuda=*/false);
+      // On CUDA a chunk's int64 byte indices, levels and products besides (12 bytes per value).
+      EXPECT_EQ(plan::nf4_dequant_bytes(f.shard_numel, f.nf4_format, true), deq + 12 * f.shard_numel);
     }
   ASSERT_GT(wire, 0);
-  EXPECT_EQ(deq, 28 * 131072 + 16 * (131072 / 64));  // L = (4 x 128 x 128 + 3 x 128 x 512) / 2
+  EXPECT_EQ(deq, 20 * (131072 / 64));  // L = (4 x 128 x 128 + 3 x 128 x 512) / 2: the CPU's absmax temporaries
   for (const plan::MemoryBreakdown* m : {&p.mem_no_recompute, &p.mem_recompute}) {
     ASSERT_NE(m->peak_at.find("backward"), std::string::npos);
     EXPECT_EQ(m->nf4_wire, wire);

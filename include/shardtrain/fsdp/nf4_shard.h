@@ -54,11 +54,15 @@ at::Tensor double_quantize(const at::Tensor& plain_packed, int64_t L, int64_t be
 
 // The L values of a shard's byte vector `packed` (any device) into `out` ([L], any floating dtype,
 // on packed's device): level * absmax in fp32, cast once, as nf4::dequantize. It works through
-// chunks of about kDequantChunkElems values (a multiple of align()), each with temporaries of
-// kDequantBytesPerElem bytes per value (the byte indices, the levels, their product), so a
-// gather's extra memory is one chunk's whatever the flat's size (the planner counts it).
+// chunks of kDequantChunkElems values (rounded to a multiple of align()), so a gather's extra
+// memory is one chunk's temporaries whatever the flat's size: dequant_temp_bytes, which the
+// memory planner counts.
 constexpr int64_t kDequantChunkElems = int64_t{1} << 20;
-constexpr int64_t kDequantBytesPerElem = 16;
 void dequantize_shard(const at::Tensor& packed, int64_t L, const Format& f, const at::Tensor& out);
+// The most bytes dequantize_shard of L values holds in temporaries at once: on CUDA (ATen ops) a
+// chunk's byte indices widened to int64, the levels and their products (12 bytes per value), and
+// with double quantization the absmax codes widened, dequantized, scaled and offset (20 bytes per
+// block); on the CPU (one pass over the codes) only the latter.
+int64_t dequant_temp_bytes(int64_t L, const Format& f, bool cuda);
 
 }  // namespace shardtrain::fsdp::nf4

@@ -51,15 +51,10 @@ struct MemoryBreakdown {
   int64_t state() const { return params + frozen + grads + optim + outer; }
 };
 
-// NF4 (QLoRA's base): the temporaries of dequantizing one slice of L values of an NF4 flat
-// (fsdp::nf4::dequantize_shard, src/fsdp/nf4_shard.cpp as it is: the codes widened to int64 (4 L
-// bytes), their two nibbles (4 L + 4 L), the level indices (8 L), the fp32 levels and their
-// products with the absmax (4 L + 4 L), all live until it returns; with double quantization the
-// absmax codes widened and dequantized, 16 bytes per block). A gather dequantizes one rank's
-// slice at a time. When dequantize_shard bounds its temporaries to chunks, this becomes the
-// chunk's bound (nf4_shard.h's constant).
-inline constexpr int64_t kNf4DequantBytesPerValue = 28;
-int64_t nf4_dequant_bytes(int64_t L, const fsdp::nf4::Format& f);
+// NF4 (QLoRA's base): the temporaries of dequantizing one slice of L values of an NF4 flat on
+// the planned target (fsdp::nf4::dequant_temp_bytes, the engine's own statement of them). A gather
+// dequantizes one rank's slice at a time.
+int64_t nf4_dequant_bytes(int64_t L, const fsdp::nf4::Format& f, bool cuda);
 
 // The peak of one step of strategy st over `units` (shard group size S), with activations `a`,
 // with (rc) or without recomputation.
