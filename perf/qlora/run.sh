@@ -13,8 +13,8 @@
 #   bytes: two training steps of each at 2 ranks with the engine's byte counters, and the same
 #          with LoRA on q_proj only so that the adapters' traffic cancels out: the frozen base's
 #          all-gather bytes NF4 / bf16 (goal <= 0.27).
-#   load:  a random Llama-shaped Hugging Face directory (fp32, 318 M parameters, 1.27 GB), `eval`
-#          of 2 windows on it with LoRA at 1 and 2 ranks, with and without NF4: each rank's peak
+#   load:  a random Llama-shaped Hugging Face directory (fp32, 318 M parameters, 1.27 GB), one
+#          LoRA training step of 2 x 32 tokens from it at 1 and 2 ranks, with and without NF4: each rank's peak
 #          resident memory (/usr/bin/time's maximum RSS) against its shard (goal: peak <= shard +
 #          one layer + 1 GiB).
 # Prints the CPU model and the load (uptime) before and after. Raw outputs go to $OUT.
@@ -37,6 +37,10 @@ nf4=(--set lora.base_dtype=nf4 --set lora.nf4_double_quant=true)
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(hostname): $cpu, $(nproc --all) cores, $(awk '/MemTotal/{printf "%.0f GB", $2/1048576}' /proc/meminfo); raw output in $OUT"
 echo "# load before: $(uptime | sed 's/.*load average/load average/')"
+
+# Byte tokens of the project's docs: the data of the bytes and load parts.
+head -c 100000 "$root/docs/fsdp.md" > "$OUT/text.txt"
+[ -d "$OUT/ds" ] || "$st" data prepare --source "$OUT/text.txt" --tokenizer byte --out "$OUT/ds" --val-fraction 0.5 >/dev/null
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 kv() { awk -v k="$2" '/^PLAN_VS_MEASURED/ { for (i = 2; i <= NF; ++i) { split($i, a, "="); if (a[1] == k) print a[2] } }' "$1"; }
@@ -80,10 +84,12 @@ if [[ " $PARTS " == *" bytes "* ]]; then
   echo
   echo "## The frozen base's all-gather: bytes one rank sends in 2 steps (engine counters), 2 ranks, full_shard"
   echo
-  # Three runs of one deck (LoRA on q_proj, everything else frozen): bf16 base, NF4 base, and the
-  # bf16 base with the blocks' linear weights in fsdp.ignored_params (kept whole: never gathered).
-  # The third run moves what the other two have in common (adapters, embedding, norms, head), so
-  # (run - third) is the linear weights' all-gather bytes of each base.
+  # Three runs of one deck (LoRA on q_proj, everything else frozen, fp32 compute): fp32 base, NF4
+  # base, and the fp32 base with the blocks' linear weights in fsdp.ignored_params (kept whole:
+  # never gathered; the ignored group is fp32, hence fp32 compute here). The third run moves what
+  # the other two have in common (adapters, embedding, norms, head), so (run - third) is the linear
+  # weights' all-gather bytes of each base; a bf16 base's are exactly half the fp32 base's (the same
+  # padded elements at 2 bytes).
   cat > "$OUT/bytes-deck.toml" <<EOF
 [run]
 threads = 1
@@ -101,22 +107,22 @@ rank = 8
 alpha = 16.0
 targets = ["q_proj"]
 [fsdp]
-param_dtype = "bf16"
-reduce_dtype = "bf16"
+param_dtype = "fp32"
 [train]
 max_steps = 2
 global_batch = 4
 micro_batch = 2
 val_every = 0
 [data]
-dataset = "synthetic"
+dataset = "$OUT/ds"
+tokenizer = "byte"
 [log]
 every = 1
 [checkpoint]
 resume = "never"
 every_steps = 0
 EOF
-  for cfg in bf16 nf4 rest; do
+  for cfg in fp32 nf4 rest; do
     extra=()
     [ "$cfg" = nf4 ] && extra=("${nf4[@]}")
     [ "$cfg" = rest ] && extra=(--set 'fsdp.ignored_params=["proj.weight"]')
@@ -124,10 +130,10 @@ EOF
       > "$OUT/bytes-$cfg.txt" 2>&1 < /dev/null || { tail -20 "$OUT/bytes-$cfg.txt"; exit 1; }
     sed -n 's/.*"intra_node_bytes":\([0-9]*\).*/\1/p' "$OUT/bytes-$cfg/metrics.jsonl" | tail -1 > "$OUT/bytes-$cfg.val"
   done
-  awk -v b="$(cat "$OUT/bytes-bf16.val")" -v n="$(cat "$OUT/bytes-nf4.val")" -v r="$(cat "$OUT/bytes-rest.val")" 'BEGIN {
+  awk -v f="$(cat "$OUT/bytes-fp32.val")" -v n="$(cat "$OUT/bytes-nf4.val")" -v r="$(cat "$OUT/bytes-rest.val")" 'BEGIN {
     printf "| run | bytes sent | of which the linear weights |\n|---|---:|---:|\n"
-    printf "| bf16 base | %d | %d |\n| NF4 base (block 64, double-quantized) | %d | %d |\n| linear weights not gathered | %d | 0 |\n\n", b, b - r, n, n - r, r
-    printf "the frozen linear weights all-gather bytes NF4 / bf16: %.4f (goal <= 0.27); whole run: %.3f\n", (n - r) / (b - r), n / b }'
+    printf "| fp32 base | %d | %d |\n| NF4 base (block 64, double-quantized) | %d | %d |\n| linear weights not gathered | %d | 0 |\n\n", f, f - r, n, n - r, r
+    printf "the frozen linear weights all-gather bytes: NF4 / fp32 %.4f, NF4 / bf16 %.4f (goal <= 0.27)\n", (n - r) / (f - r), 2 * (n - r) / (f - r) }'
 fi
 
 if [[ " $PARTS " == *" load "* ]]; then
@@ -148,8 +154,6 @@ n = sum(v.numel() for v in t.values())
 layer = sum(v.numel() for k, v in t.items() if k.startswith("model.layers.0."))
 print(f"LOADBASE params={n} bytes={4 * n} layer_params={layer}")
 PY
-  head -c 100000 "$root/docs/fsdp.md" > "$OUT/text.txt"
-  "$st" data prepare --source "$OUT/text.txt" --tokenizer byte --out "$OUT/ds" --val-fraction 0.5 >/dev/null
   cat > "$OUT/load-deck.toml" <<EOF
 [run]
 threads = 1
@@ -162,23 +166,28 @@ rank = 16
 alpha = 32.0
 targets = ["all-linear"]
 [train]
+max_steps = 1
+global_batch = 2
 micro_batch = 1
+val_every = 0
 [data]
 dataset = "$OUT/ds"
 tokenizer = "byte"
 [checkpoint]
 init_from = "$OUT/base"
+resume = "never"
+every_steps = 0
 EOF
   echo "## Loading $(du -h "$OUT/base/model.safetensors" | cut -f1) of fp32 weights (318 M parameters; eval of 2 windows, bf16 compute, LoRA r 16)"
   echo
-  echo "| ranks | base | peak RSS per rank (max) | its shard at rest | one layer (bf16) | the rest |"
+  echo "| ranks | base | peak RSS per rank (max) | its shard at rest | largest unit (bf16) | the rest |"
   echo "|---:|---|---:|---:|---:|---|"
   for np in 1 2; do
     for cfg in bf16 nf4; do
       extra=()
       [ "$cfg" = nf4 ] && extra=("${nf4[@]}")
       log="$OUT/load-$cfg-$np.txt"
-      "${mpi[@]}" -np $np /usr/bin/time -f "MAXRSS_KB %M" "$st" eval "$OUT/load-deck.toml" --max-windows 2 \
+      "${mpi[@]}" -np $np /usr/bin/time -f "MAXRSS_KB %M" "$st" train "$OUT/load-deck.toml" \
         --set run.out_dir="$OUT/load-$cfg-$np" "${extra[@]}" > "$log" 2>&1 < /dev/null || { tail -20 "$log"; exit 1; }
       peak=$(sed -n 's/^MAXRSS_KB //p' "$log" | sort -g | tail -1)
       echo "$np $cfg $peak" >> "$OUT/load.val"
@@ -191,6 +200,9 @@ h, f, L, V = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c
 lin = L * (4 * h * h + 3 * h * f)          # the blocks' linear weights (NF4 with lora.base_dtype = nf4)
 rest = 2 * V * h + (2 * L + 1) * h        # embedding, head, norms (bf16 either way)
 layer_bf16 = 2 * (4 * h * h + 3 * h * f)
+# The largest unit is the root here (embedding and head: 2 V h), not a block; the engine builds a
+# unit's flats whole in fp32 before it keeps its shard, so "one layer" is the largest unit.
+layer_bf16 = max(layer_bf16, 2 * 2 * V * h)
 nf4_bytes = lin / 2 + lin / 64 + 8 * lin / 16384
 mib = 2 ** 20
 for np_, cfg, kb in (l.split() for l in open(sys.argv[1])):

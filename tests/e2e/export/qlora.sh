@@ -8,7 +8,7 @@
 #     reference's, which differs from the bf16-base step (the NF4 base is what was trained on);
 #  3. 1, 2 and 4 ranks and the sharded strategies give the same loss bits under train.reproducible;
 #  4. loading at 2 ranks: each byte range of the weights is read once, by one rank (pread64
-#     counted by strace), no rank reads the whole model;
+#     counted by strace), no rank reads the whole model (or 90% of it);
 #  5. the frozen base's all-gather moves NF4 codes: the engine's byte counters of an NF4 run over
 #     a bf16-base run of the same deck (the adapters' traffic is the same in both);
 #  6. bad input: exit 2 naming the key, nothing written.
@@ -134,42 +134,50 @@ echo "1, 2, 4 ranks and four strategies: the same 4 losses, bit for bit"
 echo "== 4. loading at 2 ranks reads each byte range once"
 if strace -f -qq -e trace=none true 2>/dev/null; then
   "${mpi[@]}" -np 2 strace -f -qq -e trace=openat,pread64 -o "$work/trace" -ff "$bin" eval "$work/deck.toml" \
-    --set checkpoint.init_from="$m" --set lora.rank=4 --set lora.nf4_double_quant=true --set run.out_dir="$work/trace_run" \
+    --set checkpoint.init_from="$m" --set lora.init_from="$work/ad" --set lora.nf4_double_quant=true --set run.out_dir="$work/trace_run" \
     --out "$work/trace.json" >"$work/trace.log" 2>&1 || { cat "$work/trace.log"; fail "traced eval"; }
-  "$py" - "$work" "$m/model.safetensors" <<'PY' || fail "byte ranges"
+  "$py" - "$work" "$m" <<'PY' || fail "byte ranges"
 import glob, json, os, re, struct, sys
-work, st = sys.argv[1], os.path.realpath(sys.argv[2])
-with open(st, "rb") as f:
-    n = struct.unpack("<Q", f.read(8))[0]
-    header = json.loads(f.read(n))
-data0 = 8 + n
-ranges = {}  # process -> [(begin, end)] of the tensor data read
+work, model = sys.argv[1], sys.argv[2]
+files = {}  # path -> (data start, tensor data bytes)
+for st in glob.glob(model + "/*.safetensors"):
+    with open(st, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    total = sum(e - b for v in header.values() if isinstance(v, dict) and "data_offsets" in v for b, e in [v["data_offsets"]])
+    files[os.path.realpath(st)] = (8 + n, total)
+per_proc = {}  # process -> {file: [(begin, end)]}
 for path in glob.glob(work + "/trace.*"):
-    fds, got = {}, []
+    fds, got = {}, {}
     for line in open(path):
         o = re.match(r'openat\(AT_FDCWD, "([^"]*)".*\) = (\d+)', line)
         if o:
             fds[int(o.group(2))] = os.path.realpath(o.group(1))
             continue
         p = re.match(r'pread64\((\d+), .*, (\d+), (\d+)\) = (\d+)', line)
-        if p and fds.get(int(p.group(1))) == st and int(p.group(3)) >= data0:
-            got.append((int(p.group(3)), int(p.group(3)) + int(p.group(4))))
+        if p:
+            f = fds.get(int(p.group(1)))
+            if f in files and int(p.group(3)) >= files[f][0]:
+                got.setdefault(f, []).append((int(p.group(3)), int(p.group(3)) + int(p.group(4))))
     if got:
-        ranges[path] = got
-if len(ranges) != 2:
-    sys.exit(f"FAIL: {len(ranges)} processes read the weights, expected 2")
-total = sum(e - b for v in header.values() if isinstance(v, dict) and "data_offsets" in v for b, e in [v["data_offsets"]])
-spans = sorted(r for v in ranges.values() for r in v)
-for (b0, e0), (b1, e1) in zip(spans, spans[1:]):
-    if b1 < e0:
-        sys.exit(f"FAIL: bytes [{b1}, {min(e0, e1)}) read twice")
-read = sum(e - b for b, e in spans)
-per = [sum(e - b for b, e in v) for v in ranges.values()]
-if read != total:
-    sys.exit(f"FAIL: {read} bytes of tensor data read, the file holds {total}")
-if max(per) > 0.6 * total:
-    sys.exit(f"FAIL: one rank read {max(per)} of {total} bytes")
-print(f"2 ranks read {per} bytes of the {total} bytes of weights: each range once, none twice")
+        per_proc[path] = got
+if len(per_proc) != 2:
+    sys.exit(f"FAIL: {len(per_proc)} processes read the weights, expected 2")
+all_total = sum(t for _, t in files.values())
+for f, (start, total) in files.items():
+    spans = sorted(r for got in per_proc.values() for r in got.get(f, []))
+    for (b0, e0), (b1, e1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            sys.exit(f"FAIL: {f}: bytes [{b1}, {min(e0, e1)}) read twice")
+    read = sum(e - b for b, e in spans)
+    if read != total:
+        sys.exit(f"FAIL: {f}: {read} bytes of tensor data read, it holds {total}")
+per = [sum(e - b for v in got.values() for b, e in v) for got in per_proc.values()]
+# The split is uneven on this tiny model (its 4096-value matrices each start a block of 16384
+# values of the NF4 layout), but no rank reads everything.
+if max(per) >= 0.9 * all_total or min(per) == 0:
+    sys.exit(f"FAIL: the ranks read {per} of {all_total} bytes")
+print(f"2 ranks read {per} bytes of the {all_total} bytes of weights in {len(files)} files: each range once, none twice")
 PY
 else
   echo "strace cannot trace here: the byte-range count is skipped"
@@ -178,7 +186,7 @@ fi
 echo "== 5. the base's all-gather moves NF4 codes"
 bytes_of() { sed -n 's/.*"intra_node_bytes":\([0-9]*\).*/\1/p' "$1/metrics.jsonl" | tail -1; }
 gather=(--set checkpoint.init_from="$m" --set lora.rank=4 --set 'lora.targets=["q_proj"]' --set train.max_steps=2
-        --set train.global_batch=16 --set fsdp.param_dtype=bf16 --set fsdp.reduce_dtype=bf16)
+        --set train.global_batch=16 --set train.micro_batch=8 --set fsdp.param_dtype=bf16 --set fsdp.reduce_dtype=bf16)
 run_bytes() {  # run_bytes NAME [--set ...]
   local name=$1
   shift
