@@ -4,8 +4,10 @@
 # (perf/README.md, "QLoRA").
 #   perf/qlora/run.sh [build-dir]          (default: build/; needs bin/shardtrain)
 # Env: ROUNDS=3 (alternations), STEPS=6 (steps per probe; timed: the median of those after the
-# first), DECK=perf/lora/llama-167m.toml (bf16, LoRA r 16 on every linear of the blocks),
-# PARTS="step bytes load".
+# first), DECK=perf/qlora/llama-616m.toml (bf16, recomputation, 48 layers, a 4096-token
+# vocabulary, LoRA r 16 on q_proj and v_proj: a run whose memory is mostly its frozen base, QLoRA's
+# case; perf/lora/llama-167m.toml is the LoRA benchmark's deck, whose embedding, head and working
+# memory dominate instead), PARTS="step bytes load".
 #   step:  `plan --measure --strategy full_shard` at 2 ranks, QLoRA (--set lora.base_dtype=nf4,
 #          double quantization) and bf16 LoRA (the deck) alternately, ROUNDS times each: planned
 #          and measured peak per rank (counting allocator) and the step time; the medians and the
@@ -26,7 +28,7 @@ st="$build/bin/shardtrain"
 [ -x "$st" ] || { echo "no $st: cmake --build $build -j2 --target shardtrain" >&2; exit 1; }
 ROUNDS="${ROUNDS:-3}"
 STEPS="${STEPS:-6}"
-DECK="${DECK:-$root/perf/lora/llama-167m.toml}"
+DECK="${DECK:-$here/llama-616m.toml}"
 PARTS="${PARTS:-step bytes load}"
 OUT="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/qlora-perf-XXXXXX")}"
 mkdir -p "$OUT"

@@ -16,63 +16,10 @@
 set -euo pipefail
 bin=$1 py=$2 src=$3 mpirun=$4
 shift 4
-export OMP_NUM_THREADS=1
-work=$(mktemp -d /tmp/shardtrain-e2e-qlora.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-hf="$src/tests/python/hf_models.py"
-peft="$src/tests/python/peft_reference.py"
-mpi=("$mpirun" "$@")
-losses() { sed -n 's/.*"loss":\([^,}]*\).*"step":\([0-9]*\).*/\2 \1/p' "$1"; }
-eval_loss() { grep '^eval ' "$1" | sed -E 's/.* loss ([^,]+),.*/\1/'; }
-expect_exit2() {  # expect_exit2 LOG PATTERN CMD...: exit 2 and PATTERN in the output
-  local log=$1 pattern=$2
-  shift 2
-  set +e
-  "$@" >"$log" 2>&1
-  local rc=$?
-  set -e
-  [ $rc -eq 2 ] || { cat "$log"; fail "expected exit 2, got $rc: $*"; }
-  grep -q -- "$pattern" "$log" || { cat "$log"; fail "no '$pattern' in the message of: $*"; }
-}
+. "$(dirname "$0")/lib.sh" qlora "$@"
 
-"$py" "$hf" write "$work/models" >/dev/null
-head -c 4100 "$src/docs/fsdp.md" >"$work/text.txt"
-"$bin" data prepare --source "$work/text.txt" --tokenizer byte --out "$work/ds" --val-fraction 0.5 >/dev/null
-cat >"$work/deck.toml" <<EOF
-[run]
-seed = 5
-threads = 1
-[model]
-seq_len = 32
-[fsdp]
-param_dtype = "fp32"
-[lora]
-base_dtype = "nf4"
-[optimizer]
-name = "adamw"
-lr = 2.5e-4
-weight_decay = 0.1
-grad_clip = 1.0
-# As in lora.sh: eps 1e-4 keeps the first Adam step's rounding below 1e-6 between implementations.
-eps = 1e-4
-[lr]
-schedule = "constant"
-warmup_steps = 0
-[train]
-max_steps = 1
-global_batch = 64
-micro_batch = 16
-val_every = 0
-[data]
-dataset = "$work/ds"
-tokenizer = "byte"
-[log]
-every = 1
-peak_tflops = 1.0
-[checkpoint]
-resume = "never"
-EOF
+byte_data
+reference_deck "$work/deck.toml" '[lora]' 'base_dtype = "nf4"'
 m="$work/models/llama31"
 "$py" "$peft" random-adapter "$m" "$work/ad" --r 4 --alpha 8 --targets all-linear --seed 3 >/dev/null
 

@@ -19,29 +19,10 @@
 set -euo pipefail
 bin=$1 py=$2 src=$3 mpirun=$4
 shift 4
-export OMP_NUM_THREADS=1
-work=$(mktemp -d /tmp/shardtrain-e2e-qlora.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-hf="$src/tests/python/hf_models.py"
-peft="$src/tests/python/peft_reference.py"
-mpi=("$mpirun" "$@")
-eval_loss() { grep '^eval ' "$1" | sed -E 's/.* loss ([^,]+),.*/\1/'; }
-expect_exit2() {  # expect_exit2 LOG PATTERN CMD...: exit 2 and PATTERN in the output
-  local log=$1 pattern=$2
-  shift 2
-  set +e
-  "$@" >"$log" 2>&1
-  local rc=$?
-  set -e
-  [ $rc -eq 2 ] || { cat "$log"; fail "expected exit 2, got $rc: $*"; }
-  grep -q -- "$pattern" "$log" || { cat "$log"; fail "no '$pattern' in the message of: $*"; }
-}
+. "$(dirname "$0")/lib.sh" qlora-export "$@"
 
-"$py" "$hf" write "$work/models" >/dev/null
+byte_data
 cp -r "$work/models/qwen2" "$work/base"  # the run's base; changed at the end (f)
-head -c 4100 "$src/docs/fsdp.md" >"$work/text.txt"
-"$bin" data prepare --source "$work/text.txt" --tokenizer byte --out "$work/ds" --val-fraction 0.5 >/dev/null
 cat >"$work/deck.toml" <<EOF
 [run]
 seed = 5
