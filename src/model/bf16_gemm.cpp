@@ -3,6 +3,7 @@
 #include "shardtrain/model/bf16_gemm.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -105,6 +106,29 @@ double bf16_gemm_gflops(Bf16Gemm g, int64_t tokens, int64_t in, int64_t out, int
   }
   set_bf16_gemm(before);
   return best;
+}
+
+bool bf16_native_accumulates_in_fp32() {
+  const Bf16Gemm before = bf16_gemm();
+  // Fixed values from a generator of its own: the answer does not depend on the caller's seed.
+  at::Generator gen = at::detail::createCPUGenerator(/*seed_in=*/20261207);
+  auto value = [&](at::IntArrayRef shape) { return (at::rand(shape, gen) - 0.5).to(at::kBFloat16); };
+  const at::Tensor x0 = value({64, 96}), w0 = value({80, 96}), gy = value({64, 80});
+  at::Tensor out[2][3];
+  for (int p = 0; p < 2; ++p) {
+    set_bf16_gemm(p == 0 ? Bf16Gemm::Native : Bf16Gemm::Fp32Operands);
+    at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    at::Tensor y = model::linear(x, w);
+    y.backward(gy);
+    out[p][0] = y.detach();
+    out[p][1] = x.grad();
+    out[p][2] = w.grad();
+  }
+  set_bf16_gemm(before);
+  bool agree = true;
+  for (int i = 0; i < 3; ++i)
+    agree = agree && at::allclose(out[0][i].to(at::kFloat), out[1][i].to(at::kFloat), /*rtol=*/1.0 / 128, /*atol=*/1e-3);
+  return agree;
 }
 
 }  // namespace shardtrain::model

@@ -99,6 +99,7 @@ std::string Bf16GemmChoice::line() const {
                   fp32_gflops);
     s += buf;
   }
+  if (!native_exact) s += "; libtorch's bf16 matmul does not accumulate in fp32 on this CPU";
   return s + ")";
 }
 
@@ -148,7 +149,14 @@ Bf16GemmChoice choose_bf16_gemm(MPI_Comm world, const std::string& setting) {
     c.fp32_gflops = sum[1] / size;
     c.how = "measured";
   }
-  c.path = c.fp32_gflops >= kBf16Fp32Margin * c.native_gflops ? model::Bf16Gemm::Fp32Operands : model::Bf16Gemm::Native;
+  // libtorch's bf16 kernel is taken only where it accumulates in fp32 on every rank's CPU
+  // (checked at each start: a small product, not cached): elsewhere it rounds partial sums to
+  // bf16, a different and less accurate computation than the deck asks for.
+  std::vector<double> exact = {model::bf16_native_accumulates_in_fp32() ? 1.0 : 0.0};
+  runtime::sum(world, exact, "setup.bf16_gemm");
+  c.native_exact = exact[0] == size;
+  c.path = !c.native_exact || c.fp32_gflops >= kBf16Fp32Margin * c.native_gflops ? model::Bf16Gemm::Fp32Operands
+                                                                                 : model::Bf16Gemm::Native;
   if (got[0] != 1 && rank == 0 && !file.empty()) {
     if (write_cache(file, Entry{key, model::to_string(c.path), c.native_gflops, c.fp32_gflops}))
       c.how += ", cached in " + file;

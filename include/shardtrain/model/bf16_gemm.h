@@ -29,4 +29,11 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
 // best of `reps` after a warm-up, conversions included.
 double bf16_gemm_gflops(Bf16Gemm g, int64_t tokens, int64_t in, int64_t out, int reps);
 
+// Whether libtorch's bf16 matmul on this CPU is bf16 compute with fp32 accumulation: its three
+// products of one small layer (X [64, 96], W [80, 96], fixed values) within one bf16 rounding
+// (rtol 2^-7, atol 1e-3) of the fp32-operand path's. True where oneDNN has a bf16 dot product
+// (AVX512_BF16, AMX); false on CPUs whose fallback rounds partial sums to bf16 (AVX2-only:
+// off by up to 0.06). fsdp.bf16_gemm = "auto" takes the native path only where this holds.
+bool bf16_native_accumulates_in_fp32();
+
 }  // namespace shardtrain::model

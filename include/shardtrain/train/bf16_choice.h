@@ -1,6 +1,7 @@
 // The bf16 GEMM path chosen at start-up (model/bf16_gemm.h) from fsdp.bf16_gemm: "bf16" or
 // "fp32" as set, or "auto": the faster at one reference layer's three products, measured once
-// per CPU model (and libtorch version) and cached, the same choice on every rank.
+// per CPU model (and libtorch version) and cached, the same choice on every rank; libtorch's
+// bf16 kernel only where it accumulates in fp32 (checked at every start).
 #pragma once
 #include <mpi.h>
 
@@ -14,6 +15,9 @@ struct Bf16GemmChoice {
   model::Bf16Gemm path = model::Bf16Gemm::Native;
   std::string how;                           // "fsdp.bf16_gemm", "measured", "cached in FILE"
   double native_gflops = 0, fp32_gflops = 0;  // the measurement (0 when set by the deck)
+  // auto: whether libtorch's bf16 matmul accumulates in fp32 on every rank's CPU
+  // (model::bf16_native_accumulates_in_fp32); where it does not, auto takes the fp32 path.
+  bool native_exact = true;
   std::string line() const;                   // "# bf16 GEMM: ..." for the log
 };
 
