@@ -87,6 +87,7 @@ int run_check(runtime::Runtime& rt, const DeckArgs& args) {
   runtime::run_agreed(rt.world(), [&] {
     spec = train::model_spec_from_deck(d);
     train::check_run_rules(d);
+    train::check_data_rules(d, spec);
   });
   if (rt.rank() == 0) {
     print_resolved(args, d);

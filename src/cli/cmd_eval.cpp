@@ -8,6 +8,7 @@
 #include "shardtrain/infer/evaluate.h"
 #include "shardtrain/model_io/inference_model.h"
 #include "shardtrain/runtime/agree.h"
+#include "shardtrain/train/setup.h"
 #include "shardtrain/util/error.h"
 #include "shardtrain/util/file_io.h"
 
@@ -30,6 +31,7 @@ int run_eval(runtime::Runtime& rt, const EvalArgs& a) {
     d = load_deck_agreed(pinned, rt.world());
   }
   std::string path, dataset, out;
+  data::PackingOptions packing;
   runtime::run_agreed(rt.world(), [&] {
     ST_USER_CHECK(a.max_windows >= 0, "--max-windows must be >= 0 (0 = the whole split), got ", a.max_windows);
     // auto and never (a demo deck's "start fresh" for training) both mean the run's newest
@@ -45,6 +47,7 @@ int run_eval(runtime::Runtime& rt, const EvalArgs& a) {
                                             newest ? "checkpoint.dir (its newest checkpoint; or --set checkpoint.resume=PATH)"
                                                    : "checkpoint.resume");
     dataset = a.dataset.empty() ? d.get_string("data.dataset") : a.dataset;
+    packing = train::packing_from_deck(d, dataset);
     out = a.out.empty() ? d.out_dir() + "/eval.json" : a.out;
   });
   auto m = model_io::open_inference_model(rt.world(), d, path);
@@ -54,7 +57,7 @@ int run_eval(runtime::Runtime& rt, const EvalArgs& a) {
     path = (base.empty() ? "run.seed's base" : base) + " + " + d.get_string("lora.init_from");
   }
   const infer::EvalResult r = infer::evaluate_split(m->net(), dataset, a.split, d.get_int("train.micro_batch"),
-                                                    a.max_windows, m->job.device, rt.world());
+                                                    a.max_windows, m->job.device, rt.world(), packing);
   const std::string json = infer::eval_json(r, path, m->state.step);
   runtime::run_agreed(rt.world(), [&] {
     if (rt.rank() != 0) return;

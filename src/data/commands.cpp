@@ -7,6 +7,7 @@
 
 #include "shardtrain/data/austen.h"
 #include "shardtrain/data/mnist.h"
+#include "shardtrain/data/packing.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/data/token_dataset.h"
 #include "shardtrain/data/tokenizer.h"
@@ -79,7 +80,8 @@ std::string cmd_prepare(const PrepareArgs& a) {
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   os << docs.size() << " source(s), " << bytes << " bytes -> " << m.train_tokens << " train + " << m.val_tokens
      << " val " << m.tokenizer << " tokens (" << m.dtype << ", vocab " << m.vocab_size << ") in " << a.out_dir
-     << "; " << (bytes / 1e6) / s << " MB/s";
+     << "; " << (bytes / 1e6) / s << " MB/s\n"
+     << packing_report(a.out_dir, kReportSeqLens);
   return os.str();
 }
 
@@ -137,6 +139,10 @@ std::string cmd_info(const std::string& dir) {
        << " val tokens counted";
   for (auto& s : m.sources) os << "\n  " << s.name << ": " << s.bytes << " bytes, fnv1a64 " << s.fnv1a64 << ", "
                                << s.train_tokens << " + " << s.val_tokens << " tokens";
+  const std::string rows = packing_report(dir, kReportSeqLens);
+  if (rows.empty()) os << "\n  no row boundaries (format version " << (m.masked ? 2 : 1)
+                       << "): data.packing = \"stream\" only; prepare it again for packed / padded rows";
+  else os << "\n" << rows;
   return os.str();
 }
 

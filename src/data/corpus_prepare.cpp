@@ -21,6 +21,7 @@
 #include "shardtrain/data/chat_format.h"
 #include "shardtrain/data/checksum.h"
 #include "shardtrain/data/corpus.h"
+#include "shardtrain/data/packing.h"
 #include "shardtrain/data/paths.h"
 #include "shardtrain/data/token_dataset.h"
 #include "shardtrain/data/tokenizer.h"
@@ -131,9 +132,16 @@ struct Task {
   std::int64_t line0 = 0;  // lines of the Loaded text before `begin`
 };
 
+// A row (an instruction row, or a document's part in one split) as a task saw it: its token
+// count and its line in the task's Loaded text (1-based; 0 for a whole text document).
+struct TaskRow {
+  std::int64_t tokens = 0, line = 0;
+};
+
 struct TaskOut {
   std::vector<std::int32_t> train, val;
   std::vector<std::uint8_t> train_mask, val_mask;  // instruction data only
+  std::vector<TaskRow> train_rows, val_rows;
   std::int64_t docs = 0, skipped = 0;
   std::string first_bad, error;
 };
@@ -157,7 +165,7 @@ class Worker {
     const CorpusSource& src = s_[l.source];
     const std::string_view all(l.text);
     if (src.format == CorpusFormat::Text) {
-      add_doc(all, o);
+      add_doc(all, 0, o);
       c_.bytes += static_cast<std::int64_t>(all.size());
       return;
     }
@@ -174,7 +182,7 @@ class Worker {
       nlohmann::json j = nlohmann::json::parse(ln.begin(), ln.end(), nullptr, false);
       if (chat_) {
         if (j.is_discarded()) why = "not valid JSON";
-        else why = add_row(j, ln, o);
+        else why = add_row(j, ln, line, o);
         if (why.empty()) continue;
       } else if (j.is_discarded()) why = "not valid JSON";
       else if (!j.is_object()) why = "not a JSON object";
@@ -190,7 +198,7 @@ class Worker {
       }
       if (chat_) continue;
       const std::string& text = j[a_.text_field].get_ref<const std::string&>();
-      if (!text.empty()) add_doc(text, o);
+      if (!text.empty()) add_doc(text, line, o);
     }
   }
 
@@ -210,7 +218,7 @@ class Worker {
   // An instruction row: rendered whole into train or val (val when the row's FNV-1a hash, as a
   // fraction of 2^64, is below val_fraction: the same at any rank and thread count, and equal
   // rows land in the same split). Returns "" or why the row is bad (nothing appended then).
-  std::string add_row(const nlohmann::json& j, std::string_view line, TaskOut& o) {
+  std::string add_row(const nlohmann::json& j, std::string_view line, std::int64_t line_no, TaskOut& o) {
     std::string why = parse_instruction_row(j, msgs_);
     if (!why.empty()) return why;
     ids_.clear();
@@ -221,21 +229,28 @@ class Worker {
     const bool val = u < a_.val_fraction;
     (val ? o.val : o.train).insert((val ? o.val : o.train).end(), ids_.begin(), ids_.end());
     (val ? o.val_mask : o.train_mask).insert((val ? o.val_mask : o.train_mask).end(), mask_.begin(), mask_.end());
+    if (!ids_.empty()) (val ? o.val_rows : o.train_rows).push_back({static_cast<std::int64_t>(ids_.size()), line_no});
     ++o.docs;
     ++c_.docs;
     return "";
   }
-  void add_doc(std::string_view text, TaskOut& o) {
+  void add_doc(std::string_view text, std::int64_t line_no, TaskOut& o) {
     ids_.clear();
     tok_->encode_append(text, ids_);
     const auto n = static_cast<std::int64_t>(ids_.size());
     const auto n_val = static_cast<std::int64_t>(std::floor(a_.val_fraction * static_cast<double>(n)));
+    const auto train0 = static_cast<std::int64_t>(o.train.size()), val0 = static_cast<std::int64_t>(o.val.size());
     o.train.insert(o.train.end(), ids_.begin(), ids_.end() - n_val);
     o.val.insert(o.val.end(), ids_.end() - n_val, ids_.end());
     if (eot_ >= 0) {
       o.train.push_back(eot_);
       if (n_val > 0) o.val.push_back(eot_);
     }
+    // Each part a row of its split (the document's boundaries, for packing and document masks).
+    if (static_cast<std::int64_t>(o.train.size()) > train0)
+      o.train_rows.push_back({static_cast<std::int64_t>(o.train.size()) - train0, line_no});
+    if (static_cast<std::int64_t>(o.val.size()) > val0)
+      o.val_rows.push_back({static_cast<std::int64_t>(o.val.size()) - val0, line_no});
     ++o.docs;
     ++c_.docs;
   }
@@ -504,6 +519,18 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
     mine[1] += static_cast<std::int64_t>(outs[i].val.size());
     if (first_bad.empty()) first_bad = outs[i].first_bad;
   }
+  // Rows: this rank's row counts, and its JSONL sources' newlines (a rank's lines follow the lower
+  // ranks' in each file: the ranges split files at line starts, in rank order).
+  std::vector<std::int64_t> my_rows = {0, 0}, newlines(ns, 0);
+  for (const auto& o : outs) {
+    my_rows[0] += static_cast<std::int64_t>(o.train_rows.size());
+    my_rows[1] += static_cast<std::int64_t>(o.val_rows.size());
+  }
+  for (const Loaded& l : loaded) newlines[l.source] += std::count(l.text.begin(), l.text.end(), '\n');
+  const std::vector<std::int64_t> rows_before = runtime::exclusive_sum(world, my_rows, "prepare.offsets");
+  const std::vector<std::int64_t> lines_before = runtime::exclusive_sum(world, newlines, "prepare.offsets");
+  std::vector<std::int64_t> all_rows = my_rows;
+  runtime::sum(world, all_rows, "prepare.counts");
   std::vector<std::int64_t> all_stats = stats, total = mine;
   runtime::sum(world, all_stats, "prepare.counts");
   const std::vector<std::int64_t> before = runtime::exclusive_sum(world, mine, "prepare.offsets");
@@ -524,6 +551,10 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
   meta.val_fraction = a.val_fraction;
   meta.train_tokens = total[0];
   meta.val_tokens = total[1];
+  meta.rows = true;
+  meta.row_kind = instruct ? "rows" : "documents";
+  meta.train_rows = all_rows[0];
+  meta.val_rows = all_rows[1];
   if (instruct) {
     meta.masked = true;
     meta.train_counted = all_counted[0];
@@ -563,9 +594,10 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
     if (rank != 0) return;
     make_dirs(a.out_dir);
     std::error_code ec;
-    for (const char* f : {"/train.bin", "/val.bin", "/meta.json", "/train.mask", "/val.mask"})
+    for (const char* f : {"/train.bin", "/val.bin", "/meta.json", "/train.mask", "/val.mask", "/train.rows", "/val.rows"})
       io::check_output_path(a.out_dir + f, "data prepare output");
-    for (const std::string& t : {train_tmp, val_tmp, a.out_dir + "/train.mask.tmp", a.out_dir + "/val.mask.tmp"})
+    for (const std::string& t : {train_tmp, val_tmp, a.out_dir + "/train.mask.tmp", a.out_dir + "/val.mask.tmp",
+                                 a.out_dir + "/train.rows.tmp", a.out_dir + "/val.rows.tmp"})
       io::clear_temp_name(t, "data prepare output");
     fs::remove(a.out_dir + "/meta.json", ec);  // an older dataset here is no longer complete
     ST_USER_CHECK(!fs::exists(a.out_dir + "/meta.json", ec), "data prepare: cannot replace '", a.out_dir, "/meta.json'");
@@ -593,6 +625,31 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
       write_at(fin + ".tmp", bytes, before[split], world);
       renames.emplace_back(fin + ".tmp", fin);
     }
+  // The row records: each row's start at the rank's token offset, its origin's line on the
+  // file's count (lines of the lower ranks' ranges, and of this rank's earlier ranges).
+  std::vector<std::int64_t> line_base(ns, 0);
+  std::vector<std::int64_t> loaded_base(loaded.size(), 0);
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    const int src = loaded[i].source;
+    loaded_base[i] = lines_before[src] + line_base[src];
+    line_base[src] += std::count(loaded[i].text.begin(), loaded[i].text.end(), '\n');
+  }
+  for (int split = 0; split < 2; ++split) {
+    std::vector<RowRecord> recs;
+    recs.reserve(static_cast<std::size_t>(my_rows[split]));
+    std::int64_t at = before[split];
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      const int loaded_i = tasks[i].loaded;
+      for (const TaskRow& r : split == 0 ? outs[i].train_rows : outs[i].val_rows) {
+        const std::int64_t line = r.line > 0 ? loaded_base[loaded_i] + r.line : 0;
+        recs.push_back({at, RowRecord::make_origin(loaded[loaded_i].source, line)});
+        at += r.tokens;
+      }
+    }
+    const std::string fin = a.out_dir + (split == 0 ? "/train.rows" : "/val.rows");
+    write_at(fin + ".tmp", encode_rows(recs), rows_before[split] * kRowRecordBytes, world);
+    renames.emplace_back(fin + ".tmp", fin);
+  }
   std::string summary;
   agreed([&] {
     if (rank != 0) return;
@@ -608,6 +665,7 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
       os << "\ninstruction rows (" << meta.chat_format << "): " << meta.train_counted << " train + " << meta.val_counted
          << " val tokens counted in the loss (train.mask, val.mask)";
     if (skipped > 0) os << "\nskipped " << skipped << " malformed line(s) (--skip-bad); the first: " << first_bad;
+    os << "\n" << packing_report(a.out_dir, kReportSeqLens);
     summary = os.str();
   });
   return summary;

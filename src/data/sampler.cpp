@@ -96,34 +96,112 @@ std::vector<std::int64_t> IndexSampler::local_items(const SamplerCursor& c, int 
   return out;
 }
 
-TokenSampler::TokenSampler(const TokenDataset& ds, std::int64_t seq_len, const SamplerConfig& cfg)
-    : ds_(ds), seq_len_(seq_len),
-      index_((seq_len > 0 && ds.size() > 0 ? (ds.size() - 1) / seq_len : 0), [&] {
-        ST_USER_CHECK(seq_len > 0, "sequence length must be positive, got ", seq_len);
-        return cfg;
-      }()) {}
+namespace {
+// The dataset's rows when the packing needs them (UserError naming the key otherwise).
+std::shared_ptr<const RowWindows> rows_for(const TokenDataset& ds, std::int64_t seq_len, const PackingOptions& p) {
+  ST_USER_CHECK(seq_len > 0, "sequence length must be positive, got ", seq_len);
+  const bool needs_rows = p.mode != Packing::Stream || p.document_mask;
+  const std::string key = p.mode != Packing::Stream ? std::string("data.packing = \"") + to_string(p.mode) + "\""
+                                                    : std::string("data.document_mask = true");
+  ST_USER_CHECK(!needs_rows || ds.has_rows(), key, " needs row boundaries, which '", ds.path(),
+                "' has not: its dataset was written by an older `shardtrain data prepare` (format version ",
+                ds.meta().masked ? kMaskedTokenFormatVersion : kTokenFormatVersion, ", before ",
+                kRowsTokenFormatVersion, "); prepare it again with this build, or set data.packing = \"stream\"",
+                p.document_mask ? " without data.document_mask" : "");
+  ST_USER_CHECK(!p.document_mask || p.mode == Packing::Stream, "data.document_mask = true applies to data.packing = "
+                "\"stream\"; \"", to_string(p.mode), "\" already computes each row alone");
+  if (p.mode == Packing::Stream) return nullptr;
+  return std::make_shared<const RowWindows>(ds, seq_len, p.mode, p.truncate);
+}
+}  // namespace
 
-TokenBatch TokenSampler::batch(const SamplerCursor& c, int micro) const {
-  auto items = index_.local_items(c, micro);
+std::int64_t first_row_from(const TokenDataset& ds, std::int64_t t) {
+  std::int64_t lo = 0, hi = ds.row_count();  // the first row whose start >= t lies in [lo, hi]
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (ds.row(mid).start < t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+TokenSampler::TokenSampler(const TokenDataset& ds, std::int64_t seq_len, const SamplerConfig& cfg,
+                           const PackingOptions& packing)
+    : ds_(ds), seq_len_(seq_len), packing_(packing), rows_(rows_for(ds, seq_len, packing)),
+      index_(rows_ ? rows_->size() : (ds.size() > 0 ? (ds.size() - 1) / seq_len : 0), cfg) {}
+
+TokenBatch TokenSampler::batch(const SamplerCursor& c, int micro) const { return windows(index_.local_items(c, micro)); }
+
+// Stream with a document mask: window w's pieces of documents, cut at each row start inside it
+// (the window's first piece starts mid-document unless a row starts there).
+void TokenSampler::stream_segments(std::int64_t w, TokenBatch& b) const {
+  const std::int64_t first = w * seq_len_, end = first + seq_len_ + 1;
+  std::int64_t at = first, count = 0;
+  for (std::int64_t r = first_row_from(ds_, first + 1); r < ds_.row_count() && ds_.row(r).start < end; ++r) {
+    const std::int64_t s = ds_.row(r).start;
+    b.segments.push_back(static_cast<std::int32_t>(s - at));
+    at = s;
+    ++count;
+  }
+  b.segments.push_back(static_cast<std::int32_t>(end - at));
+  b.segment_count.push_back(static_cast<std::int32_t>(count + 1));
+}
+
+TokenBatch TokenSampler::windows(const std::vector<std::int64_t>& items) const {
   TokenBatch b;
   b.batch = static_cast<std::int64_t>(items.size());
   b.seq_len = seq_len_;
-  b.tokens.resize(b.batch * (seq_len_ + 1));
-  for (std::int64_t i = 0; i < b.batch; ++i) ds_.read(items[i] * seq_len_, seq_len_ + 1, &b.tokens[i * (seq_len_ + 1)]);
-  if (ds_.masked()) {
-    b.mask.resize(b.tokens.size());
-    for (std::int64_t i = 0; i < b.batch; ++i)
-      ds_.read_mask(items[i] * seq_len_, seq_len_ + 1, &b.mask[i * (seq_len_ + 1)]);
+  const std::int64_t w = seq_len_ + 1;
+  b.tokens.assign(static_cast<std::size_t>(b.batch * w), 0);
+  if (ds_.masked()) b.mask.assign(b.tokens.size(), 0);
+  for (std::int64_t i = 0; i < b.batch; ++i) {
+    if (!rows_) {
+      ds_.read(items[i] * seq_len_, w, &b.tokens[i * w]);
+      if (ds_.masked()) ds_.read_mask(items[i] * seq_len_, w, &b.mask[i * w]);
+      if (packing_.document_mask) stream_segments(items[i], b);
+      continue;
+    }
+    // Whole rows from position 0; the rest stays padding (id 0, mask 0, no target).
+    std::int64_t at = 0, count = 0;
+    for (const PlacedRow* r = rows_->rows_begin(items[i]); r != rows_->rows_end(items[i]); ++r) {
+      ds_.read(r->start, r->length, &b.tokens[i * w + at]);
+      if (ds_.masked()) ds_.read_mask(r->start, r->length, &b.mask[i * w + at]);
+      b.segments.push_back(static_cast<std::int32_t>(r->length));
+      at += r->length;
+      ++count;
+    }
+    b.segment_count.push_back(static_cast<std::int32_t>(count));
   }
   return b;
 }
 
-std::int64_t TokenSampler::counted_targets(const SamplerCursor& c) const {
-  if (!ds_.masked()) return index_.config().global_batch * seq_len_;
-  std::int64_t n = 0;
-  // Window w's targets are tokens w*seq_len + 1 .. w*seq_len + seq_len.
-  for (std::int64_t w : index_.global_items(c)) n += ds_.counted(w * seq_len_ + 1, seq_len_);
+std::int64_t TokenSampler::window_targets(std::int64_t w) const {
+  if (rows_) {
+    std::int64_t n = 0;
+    for (const PlacedRow* r = rows_->rows_begin(w); r != rows_->rows_end(w); ++r)
+      if (r->length >= 2) n += ds_.masked() ? ds_.counted(r->start + 1, r->length - 1) : r->length - 1;
+    return n;
+  }
+  // Window w's targets are tokens w*seq_len + 1 .. w*seq_len + seq_len; with a document mask, a
+  // target that starts a document is not its predecessor's.
+  const std::int64_t first = w * seq_len_;
+  std::int64_t n = ds_.masked() ? ds_.counted(first + 1, seq_len_) : seq_len_;
+  if (packing_.document_mask)
+    for (std::int64_t r = first_row_from(ds_, first + 1); r < ds_.row_count() && ds_.row(r).start <= first + seq_len_;
+         ++r)
+      if (!ds_.masked() || ds_.counted(ds_.row(r).start, 1) == 1) --n;
   return n;
+}
+
+std::int64_t TokenSampler::counted_targets(const SamplerCursor& c) const {
+  if (!ds_.masked() && !rows_ && !packing_.document_mask) return index_.config().global_batch * seq_len_;
+  std::int64_t n = 0;
+  for (std::int64_t w : index_.global_items(c)) n += window_targets(w);
+  return n;
+}
+
+PackingStats TokenSampler::stats() const {
+  return rows_ ? rows_->stats() : packing_stats(ds_, seq_len_, Packing::Stream);
 }
 
 ImageSampler::ImageSampler(const ImageDataset& ds, const SamplerConfig& cfg) : ds_(ds), index_(ds.size(), cfg) {}

@@ -55,17 +55,22 @@ TokenDatasetMeta prepare_token_dataset(const std::vector<TextDocument>& docs, To
   meta.eot_id = tok.eot_id();
   meta.val_fraction = val_fraction;
   std::vector<std::int32_t> train, val, ids;
+  std::vector<RowRecord> train_rows, val_rows;
   for (const auto& d : docs) {
     ids.clear();
     tok.encode_append(d.text, ids);
     auto n = static_cast<std::int64_t>(ids.size());
     auto n_val = static_cast<std::int64_t>(std::floor(val_fraction * static_cast<double>(n)));
+    const std::int64_t origin = RowRecord::make_origin(static_cast<std::int64_t>(meta.sources.size()), 0);
+    const auto train0 = static_cast<std::int64_t>(train.size()), val0 = static_cast<std::int64_t>(val.size());
     train.insert(train.end(), ids.begin(), ids.end() - n_val);
     val.insert(val.end(), ids.end() - n_val, ids.end());
     if (meta.eot_id >= 0) {
       train.push_back(meta.eot_id);
       if (n_val > 0) val.push_back(meta.eot_id);
     }
+    if (static_cast<std::int64_t>(train.size()) > train0) train_rows.push_back({train0, origin});
+    if (static_cast<std::int64_t>(val.size()) > val0) val_rows.push_back({val0, origin});
     meta.sources.push_back({d.name, static_cast<std::int64_t>(d.text.size()), hex64(fnv1a64(d.text)), n - n_val, n_val});
   }
   meta.train_tokens = static_cast<std::int64_t>(train.size());
@@ -81,6 +86,12 @@ TokenDatasetMeta prepare_token_dataset(const std::vector<TextDocument>& docs, To
   write_file(out_dir + "/train.bin", bytes.data(), bytes.size());
   bytes = encode_ids(val, w);
   write_file(out_dir + "/val.bin", bytes.data(), bytes.size());
+  meta.rows = true;
+  meta.row_kind = "documents";
+  meta.train_rows = static_cast<std::int64_t>(train_rows.size());
+  meta.val_rows = static_cast<std::int64_t>(val_rows.size());
+  write_rows(out_dir + "/train.rows", train_rows);
+  write_rows(out_dir + "/val.rows", val_rows);
   write_token_meta(out_dir, meta);  // last: a dataset with meta.json is complete
   return meta;
 }
@@ -88,7 +99,7 @@ TokenDatasetMeta prepare_token_dataset(const std::vector<TextDocument>& docs, To
 void write_token_meta(const std::string& dir, const TokenDatasetMeta& m) {
   nlohmann::ordered_json j;
   j["format"] = kTokenFormat;
-  j["version"] = m.masked ? kMaskedTokenFormatVersion : kTokenFormatVersion;
+  j["version"] = m.rows ? kRowsTokenFormatVersion : m.masked ? kMaskedTokenFormatVersion : kTokenFormatVersion;
   j["tokenizer"] = m.tokenizer;
   j["vocab_size"] = m.vocab_size;
   j["dtype"] = m.dtype;
@@ -106,6 +117,18 @@ void write_token_meta(const std::string& dir, const TokenDatasetMeta& m) {
                  {"rule", "byte i is 1 when token i counts as a target (completion / assistant tokens, with the "
                           "assistant's end-of-turn token): the target at window position t (token t+1) enters the "
                           "loss iff mask[t+1] is 1"}};
+  }
+  if (m.rows) {
+    j["splits"]["train"]["rows"] = "train.rows";
+    j["splits"]["train"]["row_count"] = m.train_rows;
+    j["splits"]["val"]["rows"] = "val.rows";
+    j["splits"]["val"]["row_count"] = m.val_rows;
+    j["rows"] = {{"bytes_per_row", kRowRecordBytes},
+                 {"kind", m.row_kind},
+                 {"rule", "one record per row (an instruction row, or a text document's part in the split): int64 "
+                          "start (its first token's index in the split; strictly increasing from 0; the row ends "
+                          "where the next starts), int64 origin (source index << 32 | 1-based JSONL line, 0 for a "
+                          "whole text document), little-endian"}};
   }
   j["val_fraction"] = m.val_fraction;
   j["split_rule"] = !m.split_rule.empty()
@@ -142,10 +165,26 @@ TokenDatasetMeta read_token_meta(const std::string& dir) {
   try {
     ST_USER_CHECK(j.at("format") == kTokenFormat, "'", path, "': format is ", j.at("format").dump(),
                   ", expected \"", kTokenFormat, "\"");
-    ST_USER_CHECK(j.at("version") == kTokenFormatVersion || j.at("version") == kMaskedTokenFormatVersion, "'", path,
-                  "': format version ", j.at("version").dump(), " is not supported (this build reads ",
-                  kTokenFormatVersion, " and ", kMaskedTokenFormatVersion, ")");
-    m.masked = j.at("version") == kMaskedTokenFormatVersion;
+    ST_USER_CHECK(j.at("version") == kTokenFormatVersion || j.at("version") == kMaskedTokenFormatVersion ||
+                      j.at("version") == kRowsTokenFormatVersion,
+                  "'", path, "': format version ", j.at("version").dump(), " is not supported (this build reads ",
+                  kTokenFormatVersion, ", ", kMaskedTokenFormatVersion, " and ", kRowsTokenFormatVersion, ")");
+    m.rows = j.at("version") == kRowsTokenFormatVersion;
+    // Version 2 always has a mask; version 3 has one when its keys are there.
+    m.masked = j.at("version") == kMaskedTokenFormatVersion || (m.rows && j.contains("mask"));
+    if (m.rows) {
+      // Fixed names, as the masks': a received meta.json cannot point the reader elsewhere.
+      ST_USER_CHECK(j.at("splits").at("train").at("rows") == "train.rows" &&
+                        j.at("splits").at("val").at("rows") == "val.rows",
+                    "'", path, "': splits.*.rows must be \"train.rows\" and \"val.rows\"");
+      ST_USER_CHECK(j.at("rows").at("bytes_per_row") == kRowRecordBytes, "'", path, "': rows.bytes_per_row must be ",
+                    kRowRecordBytes);
+      m.train_rows = j.at("splits").at("train").at("row_count").get<std::int64_t>();
+      m.val_rows = j.at("splits").at("val").at("row_count").get<std::int64_t>();
+      m.row_kind = j.at("rows").at("kind").get<std::string>();
+      ST_USER_CHECK(m.row_kind == "rows" || m.row_kind == "documents", "'", path, "': rows.kind is \"", m.row_kind,
+                    "\", not \"rows\" or \"documents\"");
+    }
     m.tokenizer = j.at("tokenizer").get<std::string>();
     m.vocab_size = j.at("vocab_size").get<std::int64_t>();
     m.dtype = j.at("dtype").get<std::string>();
@@ -165,9 +204,12 @@ TokenDatasetMeta read_token_meta(const std::string& dir) {
     } else {
       ST_USER_CHECK(!j.at("splits").at("train").contains("mask") && !j.at("splits").at("val").contains("mask") &&
                         !j.contains("mask"),
-                    "'", path, "': a loss mask needs format version ", kMaskedTokenFormatVersion, ", this is version ",
-                    kTokenFormatVersion);
+                    "'", path, "': a loss mask needs format version ", kMaskedTokenFormatVersion, " or ",
+                    kRowsTokenFormatVersion, ", this is version ", kTokenFormatVersion);
     }
+    ST_USER_CHECK(m.rows || (!j.at("splits").at("train").contains("rows") && !j.contains("rows")), "'", path,
+                  "': row boundaries need format version ", kRowsTokenFormatVersion, ", this is version ",
+                  j.at("version").dump());
     if (j.contains("split_rule") && j.at("split_rule").is_string()) m.split_rule = j.at("split_rule").get<std::string>();
     for (auto& s : j.at("sources"))
     {
@@ -187,6 +229,9 @@ TokenDatasetMeta read_token_meta(const std::string& dir) {
                 m.train_tokens, ", val ", m.val_tokens, ")");
   ST_USER_CHECK(m.eot_id >= -1 && m.eot_id < m.vocab_size, "'", path, "': eot_id ", m.eot_id,
                 " is not -1 (none) or an id below vocab_size ", m.vocab_size);
+  ST_USER_CHECK(!m.rows || (m.train_rows >= 0 && m.train_rows <= m.train_tokens && m.val_rows >= 0 &&
+                            m.val_rows <= m.val_tokens),
+                "'", path, "': row counts (train ", m.train_rows, ", val ", m.val_rows, ") outside [0, tokens]");
   ST_USER_CHECK(!m.masked || (m.train_counted >= 0 && m.train_counted <= m.train_tokens && m.val_counted >= 0 &&
                               m.val_counted <= m.val_tokens),
                 "'", path, "': counted tokens (train ", m.train_counted, ", val ", m.val_counted,
@@ -235,6 +280,7 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : m
     ::close(fd);
   }
   if (meta_.masked) map_mask(dir, split);
+  if (meta_.rows) map_rows(dir, split);
   // Spot-check ids: everything for small splits, an even spread for large ones.
   const std::int64_t kFull = 16LL << 20, kSamples = 1LL << 20;
   std::int64_t stride = tokens_ <= kFull ? 1 : tokens_ / kSamples;
@@ -284,9 +330,76 @@ void TokenDataset::map_mask(const std::string& dir, const std::string& split) {
                 "/meta.json says ", want_counted, ": the mask does not match this dataset");
 }
 
+void TokenDataset::map_rows(const std::string& dir, const std::string& split) {
+  rows_path_ = dir + "/" + split + ".rows";
+  rows_ = split == "train" ? meta_.train_rows : meta_.val_rows;
+  int fd = ::open(rows_path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ST_USER_CHECK(fd >= 0, "cannot open '", rows_path_, "' (", dir, "/meta.json says the dataset has row boundaries): ",
+                std::strerror(errno));
+  struct stat st {};
+  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const long long want = static_cast<long long>(rows_) * kRowRecordBytes;  // rows_ <= tokens: no overflow
+  if (!ok || st.st_size != want) {
+    ::close(fd);
+    ST_USER_CHECK(ok, "'", rows_path_, "' is not a regular file");
+    throw UserError(detail::concat("'", rows_path_, "' has ", st.st_size, " bytes but ", dir, "/meta.json says ", split,
+                                   " has ", rows_, " rows (", kRowRecordBytes, " bytes each): the row file does not "
+                                   "match this dataset"));
+  }
+  if (rows_ > 0) {
+    void* p = ::mmap(nullptr, static_cast<std::size_t>(want), PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    ::close(fd);
+    ST_USER_CHECK(p != MAP_FAILED, "cannot mmap '", rows_path_, "': ", std::strerror(err));
+    rows_data_ = static_cast<const unsigned char*>(p);
+  } else {
+    ::close(fd);
+  }
+  // Every record is checked once here: the packing reads any of them.
+  ST_USER_CHECK(rows_ > 0 || tokens_ == 0, "'", rows_path_, "' has no rows but ", split, " has ", tokens_, " tokens");
+  std::int64_t prev = -1;
+  for (std::int64_t i = 0; i < rows_; ++i) {
+    const RowRecord r = row(i);
+    ST_USER_CHECK(i > 0 || r.start == 0, "'", rows_path_, "': the first row starts at token ", r.start, ", not 0");
+    ST_USER_CHECK(r.start > prev && r.start < tokens_, "'", rows_path_, "': row ", i, " starts at token ", r.start,
+                  " (the previous at ", prev, ", the split has ", tokens_,
+                  " tokens): starts must increase strictly and lie inside the split");
+    ST_USER_CHECK(r.source() >= 0 && r.source() < static_cast<std::int64_t>(meta_.sources.size()), "'", rows_path_,
+                  "': row ", i, " names source ", r.source(), ", but meta.json lists ", meta_.sources.size());
+    prev = r.start;
+  }
+}
+
+RowRecord TokenDataset::row(std::int64_t i) const {
+  ST_CHECK(i >= 0 && i < rows_, "row ", i, " outside [0, ", rows_, ") of ", rows_path_);
+  const unsigned char* p = rows_data_ + i * kRowRecordBytes;
+  std::uint64_t v[2] = {0, 0};
+  for (int k = 0; k < 2; ++k)
+    for (int b = 0; b < 8; ++b) v[k] |= static_cast<std::uint64_t>(p[8 * k + b]) << (8 * b);
+  return {static_cast<std::int64_t>(v[0]), static_cast<std::int64_t>(v[1])};
+}
+
+std::int64_t TokenDataset::row_end(std::int64_t i) const { return i + 1 < rows_ ? row(i + 1).start : tokens_; }
+
+std::string encode_rows(const std::vector<RowRecord>& rows) {
+  std::string out(rows.size() * kRowRecordBytes, '\0');
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::uint64_t v[2] = {static_cast<std::uint64_t>(rows[i].start), static_cast<std::uint64_t>(rows[i].origin)};
+    for (int k = 0; k < 2; ++k)
+      for (int b = 0; b < 8; ++b) out[i * kRowRecordBytes + 8 * k + b] = static_cast<char>((v[k] >> (8 * b)) & 0xFF);
+  }
+  return out;
+}
+
+void write_rows(const std::string& path, const std::vector<RowRecord>& rows) {
+  const std::string bytes = encode_rows(rows);
+  write_file(path, bytes.data(), bytes.size());
+}
+
 TokenDataset::~TokenDataset() {
   if (data_) ::munmap(const_cast<unsigned char*>(data_), mapped_);
   if (mask_) ::munmap(const_cast<unsigned char*>(mask_), static_cast<std::size_t>(tokens_));
+  if (rows_data_) ::munmap(const_cast<unsigned char*>(rows_data_), static_cast<std::size_t>(rows_) * kRowRecordBytes);
 }
 
 void TokenDataset::read_mask(std::int64_t begin, std::int64_t n, std::uint8_t* out) const {

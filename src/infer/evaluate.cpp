@@ -28,28 +28,33 @@ namespace {
 struct Items {
   virtual ~Items() = default;
   virtual int64_t count() const = 0;
-  virtual void batch(int64_t first, int64_t last, int64_t n, at::Tensor& in, at::Tensor& tgt) const = 0;
+  virtual void batch(int64_t first, int64_t last, int64_t n, at::Tensor& in, at::Tensor& tgt,
+                     model::Rows& rows) const = 0;
 };
 
+data::SamplerConfig in_order() {
+  data::SamplerConfig c;
+  c.global_batch = 1;
+  c.shuffle = false;
+  return c;
+}
+
+// The split's windows as training reads them (stream, or rows packed / padded / with
+// document masks: the same TokenSampler), in window order.
 struct TokenItems : Items {
-  TokenItems(const std::string& dir, const std::string& split, int64_t seq) : ds(dir, split), seq(seq) {}
+  TokenItems(const std::string& dir, const std::string& split, int64_t seq, const data::PackingOptions& packing)
+      : ds(dir, split), windows(ds, seq, in_order(), packing) {}
   data::TokenDataset ds;
-  int64_t seq;
-  int64_t count() const override { return ds.size() > seq ? (ds.size() - 1) / seq : 0; }
-  void batch(int64_t first, int64_t last, int64_t n, at::Tensor& in, at::Tensor& tgt) const override {
-    data::TokenBatch b;
-    b.batch = n;
-    b.seq_len = seq;
-    b.tokens.resize(static_cast<size_t>(n * (seq + 1)));
-    if (ds.masked()) b.mask.resize(b.tokens.size());  // instruction data: targets that count
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t w = first + j < last ? first + j : first;
-      ds.read(w * seq, seq + 1, b.tokens.data() + j * (seq + 1));
-      if (ds.masked()) ds.read_mask(w * seq, seq + 1, b.mask.data() + j * (seq + 1));
-    }
-    auto t = data::to_tensors(b);
+  data::TokenSampler windows;
+  int64_t count() const override { return windows.index().num_items(); }
+  void batch(int64_t first, int64_t last, int64_t n, at::Tensor& in, at::Tensor& tgt,
+             model::Rows& rows) const override {
+    std::vector<int64_t> ids(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) ids[j] = first + j < last ? first + j : first;
+    auto t = data::to_tensors(windows.windows(ids));
     in = t.inputs;
     tgt = t.targets;
+    rows = {t.positions, t.cu_seqlens};
   }
 };
 
@@ -57,7 +62,7 @@ struct ImageItems : Items {
   ImageItems(const std::string& dir, const std::string& split) : ds(dir, split) {}
   data::ImageDataset ds;
   int64_t count() const override { return ds.size(); }
-  void batch(int64_t first, int64_t last, int64_t n, at::Tensor& in, at::Tensor& tgt) const override {
+  void batch(int64_t first, int64_t last, int64_t n, at::Tensor& in, at::Tensor& tgt, model::Rows&) const override {
     data::ImageBatch b;
     b.batch = n;
     b.channels = ds.meta().channels;
@@ -80,7 +85,8 @@ struct ImageItems : Items {
 }  // namespace
 
 EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::string& split, int64_t batch,
-                          int64_t max_items, const c10::Device& device, MPI_Comm world) {
+                          int64_t max_items, const c10::Device& device, MPI_Comm world,
+                          const data::PackingOptions& packing) {
   int rank = 0, size = 1;
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
@@ -103,14 +109,17 @@ EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::
                     " images but the model expects ", spec.channels, "x", spec.image_size, "x", spec.image_size);
       items = std::move(im);
     } else {
-      auto tk = std::make_unique<TokenItems>(dir, split, spec.seq_len);
+      auto tk = std::make_unique<TokenItems>(dir, split, spec.seq_len, packing);
+      r.packing = tk->windows.stats().line(spec.seq_len, packing.mode);
       ST_USER_CHECK(tk->ds.meta().vocab_size <= spec.vocab_size, "eval: dataset '", dir, "' has vocabulary size ",
                     tk->ds.meta().vocab_size, " but the model's vocab_size is ", spec.vocab_size);
       items = std::move(tk);
     }
     ST_USER_CHECK(items->count() > 0, "eval: the ", split, " split of '", dir, "' holds no complete item (",
-                  images ? std::string("image") : "window of model.seq_len + 1 = " + std::to_string(spec.seq_len + 1) +
-                                                      " tokens", ")");
+                  images ? std::string("image")
+                  : packing.mode == data::Packing::Stream
+                      ? "window of model.seq_len + 1 = " + std::to_string(spec.seq_len + 1) + " tokens"
+                      : std::string("row: it has none"), ")");
   });
   Timer timer;
   const int64_t total = max_items > 0 ? std::min(max_items, items->count()) : items->count();
@@ -132,6 +141,7 @@ EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::
                  static_cast<long long>(total), images ? "images" : "windows", dir.c_str(), split.c_str(),
                  static_cast<long long>(blocks), static_cast<long long>(batch), static_cast<long long>(rounds), size,
                  size == 1 ? "" : "s");
+  if (rank == 0 && packing.mode != data::Packing::Stream) std::fprintf(stderr, "# eval: %s\n", r.packing.c_str());
   double last_report = 0;
 
   torch::autograd::AutoGradMode no_grad(false);
@@ -147,9 +157,10 @@ EvalResult evaluate_split(model::Model& net, const std::string& dir, const std::
     const int64_t f = rank + k * size;
     const int64_t real = f < blocks ? block_items(f) : 0, first = f < blocks ? f * batch : 0;
     at::Tensor in, tgt;
+    model::Rows rows;
     // A rank with no forward left still runs one (the engine's gathers are collective).
-    runtime::run_agreed(world, [&] { items->batch(first, real > 0 ? first + real : 1, batch, in, tgt); });
-    at::Tensor logits = net.forward(in.to(device)).to(at::kFloat);
+    runtime::run_agreed(world, [&] { items->batch(first, real > 0 ? first + real : 1, batch, in, tgt, rows); });
+    at::Tensor logits = net.forward(in.to(device), rows).to(at::kFloat);
     at::Tensor flat = logits.reshape({-1, logits.size(-1)});
     at::Tensor ce = at::cross_entropy_loss(flat, tgt.to(device).reshape({-1}), {}, at::Reduction::None)
                         .reshape({batch, -1}).cpu().contiguous();

@@ -23,10 +23,10 @@ GPT2Attention::GPT2Attention(const ModelSpec& spec, c10::Device device)
   c_proj_ = register_module("c_proj", std::make_shared<Conv1D>(spec.d_model, spec.d_model, device));
 }
 
-at::Tensor GPT2Attention::forward(const at::Tensor& x) {
+at::Tensor GPT2Attention::forward(const at::Tensor& x, const Rows& rows) {
   std::vector<at::Tensor> qkv = c_attn_->forward(x).chunk(3, -1);
-  at::Tensor y = attention(split_heads(qkv[0], n_heads_), split_heads(qkv[1], n_heads_),
-                           split_heads(qkv[2], n_heads_), /*causal=*/true, dropout_, is_training());
+  at::Tensor y = row_attention(split_heads(qkv[0], n_heads_), split_heads(qkv[1], n_heads_),
+                               split_heads(qkv[2], n_heads_), rows, dropout_, is_training());
   return maybe_dropout(c_proj_->forward(merge_heads(y)), dropout_, is_training());
 }
 
@@ -47,10 +47,11 @@ GPT2Block::GPT2Block(const ModelSpec& spec, c10::Device device) : torch::nn::Mod
   mlp_ = register_module("mlp", std::make_shared<GPT2MLP>(spec, device));
 }
 
-at::Tensor GPT2Block::forward(const at::Tensor& input) {
-  // The body captures only `this`: the engine may re-run it in backward (recomputation).
-  return hooked(input, [this](const at::Tensor& x) {
-    at::Tensor h = x + attn_->forward(ln_1_->forward(x));
+at::Tensor GPT2Block::forward(const at::Tensor& input, const Rows& rows) {
+  // The body captures `this` and a copy of the rows: the engine may re-run it in backward
+  // (recomputation), after this call has returned.
+  return hooked(input, [this, rows](const at::Tensor& x) {
+    at::Tensor h = x + attn_->forward(ln_1_->forward(x), rows);
     return h + mlp_->forward(ln_2_->forward(h));
   });
 }
@@ -71,16 +72,19 @@ GPT2::GPT2(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spec)
   transformer_ = register_module("transformer", std::make_shared<GPT2Transformer>(spec_, device));
 }
 
-at::Tensor GPT2::forward(const at::Tensor& tokens) {
-  return hooked(tokens, [this](const at::Tensor& input) {
+at::Tensor GPT2::forward(const at::Tensor& tokens, const Rows& rows) {
+  return hooked(tokens, [this, rows](const at::Tensor& input) {
     ST_USER_CHECK(input.dim() == 2, "gpt2: expected token ids [B, T], got ", input.sizes());
     const int64_t t = input.size(1);
     ST_USER_CHECK(t <= spec_.seq_len, "gpt2: sequence of ", t, " tokens exceeds n_positions ",
                   spec_.seq_len);
-    // Positions 0..T-1 are the first T rows of wpe (same as embedding(arange(T))).
-    at::Tensor x = transformer_->wte->forward(input) + transformer_->wpe->weight().narrow(0, 0, t);
+    // Positions 0..T-1 are the first T rows of wpe (same as embedding(arange(T))); packed rows
+    // look up each token's position in its row (the same values, added the same way).
+    at::Tensor x = transformer_->wte->forward(input) +
+                   (rows.empty() ? transformer_->wpe->weight().narrow(0, 0, t)
+                                 : transformer_->wpe->forward(rows.positions.to(input.device())));
     x = maybe_dropout(x, spec_.dropout, is_training());
-    for (const auto& block : transformer_->blocks) x = block->forward(x);
+    for (const auto& block : transformer_->blocks) x = block->forward(x, rows);
     x = transformer_->ln_f->forward(x);
     return model::linear(x, transformer_->wte->weight());  // tied lm_head
   });

@@ -200,6 +200,35 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return at::matmul(probs, v);
 }
 
+at::Tensor row_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const Rows& rows,
+                         double dropout, bool training) {
+  if (rows.empty()) return attention(q, k, v, /*causal=*/true, dropout, training);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+  ST_CHECK(k.size(2) == T && rows.cu_seqlens.front() == 0 && rows.cu_seqlens.back() == B * T,
+           "row_attention: rows over ", rows.cu_seqlens.back(), " tokens for a batch of ", B, " x ", T);
+  if (attention_is_fused(q.is_cuda())) {
+    // One fused call over the windows: a block-diagonal causal mask from the rows' ids.
+    std::vector<int64_t> id(static_cast<size_t>(B * T));
+    for (size_t r = 0; r + 1 < rows.cu_seqlens.size(); ++r)
+      for (int64_t i = rows.cu_seqlens[r]; i < rows.cu_seqlens[r + 1]; ++i) id[i] = static_cast<int64_t>(r);
+    const at::Tensor ids = at::tensor(id, at::kLong).view({B, T}).to(q.device());
+    const at::Tensor mask =
+        ids.unsqueeze(2).eq(ids.unsqueeze(1)).logical_and(at::ones({T, T}, ids.options().dtype(at::kBool)).tril());
+    at::Tensor y = torch_compat::fused_attention_masked(q, k, v, mask.unsqueeze(1), training ? dropout : 0.0);
+    if (y.defined()) return y;
+  }
+  // Each row's own causal block: its [L, L] scores only. Rows are taken in order over the
+  // flattened windows, so their outputs concatenate to [1, H, B x T, hd].
+  std::vector<at::Tensor> out;
+  out.reserve(rows.cu_seqlens.size() - 1);
+  for (size_t r = 0; r + 1 < rows.cu_seqlens.size(); ++r) {
+    const int64_t s = rows.cu_seqlens[r], len = rows.cu_seqlens[r + 1] - s, b = s / T, t0 = s % T;
+    auto part = [&](const at::Tensor& x) { return x.narrow(0, b, 1).narrow(2, t0, len); };
+    out.push_back(attention(part(q), part(k), part(v), /*causal=*/true, dropout, training));
+  }
+  return at::cat(out, 2).view({H, B, T, hd}).transpose(0, 1);
+}
+
 // Explicit: scores = q' k'^T (bmm saves q' for k's gradient and k' for q's), the causal mask
 // (masked_fill saves it), softmax in fp32 (saves its output), under mixed precision a b-byte copy
 // of the probabilities (saved by bmm for v's gradient; in fp32 the softmax output itself), and v'
@@ -222,7 +251,7 @@ AttentionCost attention_cost(const ActivationShape& x, bool q_rg, bool k_rg, boo
   }
   const bool s_rg = q_rg || k_rg;
   c.out_rg = s_rg || v_rg;
-  c.saved = (k_rg ? b * nd : 0) + (q_rg ? b * nd : 0) + (s_rg ? 4 * attn + (x.causal ? x.T * x.T : 0) + b * nd : 0) +
+  c.saved = (k_rg ? b * nd : 0) + (q_rg ? b * nd : 0) + (s_rg ? 4 * attn + (x.causal ? x.causal_mask() : 0) + b * nd : 0) +
             (v_rg ? (x.mixed ? b * attn : (s_rg ? 0 : 4 * attn)) : 0);
   c.released = (s_rg ? b * nd : 0) + (x.mixed && v_rg ? b * attn : 0);
   c.held = v_rg ? b * nd : 0;
@@ -280,6 +309,7 @@ ActivationShape activation_shape(const CostQuery& q, int64_t d, int64_t f, int64
   x.norm32 = x.mixed && matches_any(block_norm_param, q.keep_fp32);
   x.causal = causal;
   x.fused = q.fused_attention;
+  x.span = q.attention_span;
   x.cuda = q.cuda;
   x.threads = q.threads;
   return x;

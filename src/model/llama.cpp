@@ -45,6 +45,14 @@ RotaryTables rotary_tables(int64_t seq_len, const at::Tensor& inv_freq) {
   return {emb.cos(), emb.sin()};
 }
 
+RotaryTables rotary_at(const RotaryTables& rope, const at::Tensor& positions) {
+  const int64_t b = positions.size(0), t = positions.size(1), hd = rope.cos.size(-1);
+  if (rope.cos.is_meta())  // libtorch 1.13 has no meta index_select: the shapes are what matter
+    return {rope.cos.view({1, 1, t, hd}).expand({b, 1, t, hd}), rope.sin.view({1, 1, t, hd}).expand({b, 1, t, hd})};
+  const at::Tensor flat = positions.reshape({-1}).to(rope.cos.device());
+  return {rope.cos.index_select(0, flat).view({b, 1, t, hd}), rope.sin.index_select(0, flat).view({b, 1, t, hd})};
+}
+
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope) {
   const int64_t half = x.size(-1) / 2;
   at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -72,13 +80,12 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t rep) {
 }
 }  // namespace
 
-at::Tensor LlamaAttention::forward(const at::Tensor& x, const RotaryTables& rope) {
+at::Tensor LlamaAttention::forward(const at::Tensor& x, const RotaryTables& rope, const Rows& rows) {
   at::Tensor q = apply_rotary(split_heads(q_proj_->forward(x), n_heads_), rope);
   at::Tensor k = apply_rotary(split_heads(k_proj_->forward(x), n_kv_heads_), rope);
   at::Tensor v = split_heads(v_proj_->forward(x), n_kv_heads_);
   const int64_t rep = n_heads_ / n_kv_heads_;
-  at::Tensor y = attention(q, repeat_kv(k, rep), repeat_kv(v, rep), /*causal=*/true, dropout_,
-                           is_training());
+  at::Tensor y = row_attention(q, repeat_kv(k, rep), repeat_kv(v, rep), rows, dropout_, is_training());
   return o_proj_->forward(merge_heads(y));
 }
 
@@ -102,12 +109,13 @@ LlamaDecoderLayer::LlamaDecoderLayer(const ModelSpec& spec, c10::Device device)
   mlp_ = register_module("mlp", std::make_shared<LlamaMLP>(spec, device));
 }
 
-at::Tensor LlamaDecoderLayer::forward(const at::Tensor& input, const RotaryTables& rope) {
-  // The body owns copies of what it uses besides `this` (the rotary tables): the engine
-  // may re-run it in backward (recomputation), after this call has returned.
-  return hooked(input, [this, rope](const at::Tensor& x) {
+at::Tensor LlamaDecoderLayer::forward(const at::Tensor& input, const RotaryTables& rope, const Rows& rows) {
+  // The body owns copies of what it uses besides `this` (the rotary tables, the rows): the
+  // engine may re-run it in backward (recomputation), after this call has returned.
+  return hooked(input, [this, rope, rows](const at::Tensor& x) {
     const bool train = is_training();
-    at::Tensor h = x + maybe_dropout(self_attn_->forward(input_layernorm_->forward(x), rope), dropout_, train);
+    at::Tensor h =
+        x + maybe_dropout(self_attn_->forward(input_layernorm_->forward(x), rope, rows), dropout_, train);
     return h + maybe_dropout(mlp_->forward(post_attention_layernorm_->forward(h)), dropout_, train);
   });
 }
@@ -128,15 +136,17 @@ Llama::Llama(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spe
     lm_head_ = register_module("lm_head", std::make_shared<Linear>(spec_.d_model, spec_.vocab_size, false, device));
 }
 
-at::Tensor Llama::forward(const at::Tensor& tokens) {
-  return hooked(tokens, [this](const at::Tensor& input) {
+at::Tensor Llama::forward(const at::Tensor& tokens, const Rows& rows) {
+  return hooked(tokens, [this, rows](const at::Tensor& input) {
     ST_USER_CHECK(input.dim() == 2, "llama: expected token ids [B, T], got ", input.sizes());
     const int64_t t = input.size(1);
     ST_USER_CHECK(t <= spec_.seq_len, "llama: sequence of ", t, " tokens exceeds seq_len ", spec_.seq_len);
     // Recomputed per call on the input's device: O(T*hd), never a (meta) buffer.
-    const RotaryTables rope = rotary_tables(t, rope_inv_freq(spec_, input.device()));
+    // Packed rows: each token's row of the same tables (position p of a row = row p alone).
+    RotaryTables rope = rotary_tables(t, rope_inv_freq(spec_, input.device()));
+    if (!rows.empty()) rope = rotary_at(rope, rows.positions);
     at::Tensor x = maybe_dropout(model_->embed_tokens->forward(input), spec_.dropout, is_training());
-    for (const auto& block : model_->blocks) x = block->forward(x, rope);
+    for (const auto& block : model_->blocks) x = block->forward(x, rope, rows);
     x = model_->norm->forward(x);
     return lm_head_ ? lm_head_->forward(x) : model::linear(x, model_->embed_tokens->weight());
   });

@@ -19,12 +19,18 @@
 
 namespace shardtrain::model {
 
-at::Tensor Model::loss(const at::Tensor& input, const at::Tensor& targets) {
-  at::Tensor logits = forward(input);
+at::Tensor Model::loss(const at::Tensor& input, const at::Tensor& targets, const Rows& rows) {
+  at::Tensor logits = forward(input, rows);
   // fp32 softmax whatever the compute dtype; [B, T, V] flattens to [B*T, V].
   logits = logits.to(at::kFloat);
   if (logits.dim() == 3) return at::cross_entropy_loss(logits.flatten(0, 1), targets.flatten());
   return at::cross_entropy_loss(logits, targets);
+}
+
+int64_t Rows::longest() const {
+  int64_t m = 0;
+  for (size_t i = 1; i < cu_seqlens.size(); ++i) m = std::max(m, cu_seqlens[i] - cu_seqlens[i - 1]);
+  return m;
 }
 
 ParamInit Model::init_rule(const std::string& name) const {
@@ -46,8 +52,8 @@ double Model::weight_flops_per_token(const std::vector<std::string>& lookups) co
   return flops;
 }
 
-at::Tensor Model::loss_sum(const at::Tensor& input, const at::Tensor& targets) {
-  at::Tensor logits = forward(input).to(at::kFloat);
+at::Tensor Model::loss_sum(const at::Tensor& input, const at::Tensor& targets, const Rows& rows) {
+  at::Tensor logits = forward(input, rows).to(at::kFloat);
   if (logits.dim() == 3) logits = logits.flatten(0, 1);
   return at::cross_entropy_loss(logits, targets.flatten(), {}, at::Reduction::Sum, /*ignore_index=*/-100);
 }

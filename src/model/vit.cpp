@@ -81,7 +81,8 @@ ViT::ViT(const ModelSpec& spec, c10::Device device) : Model(resolve_spec(spec)) 
   head_ = register_module("head", std::make_shared<Linear>(d, spec_.num_classes, true, device));
 }
 
-at::Tensor ViT::forward(const at::Tensor& images) {
+at::Tensor ViT::forward(const at::Tensor& images, const Rows& rows) {
+  ST_CHECK(rows.empty(), "vit: images have no rows");
   return hooked(images, [this](const at::Tensor& input) {
     ST_USER_CHECK(input.dim() == 4 && input.size(1) == spec_.channels &&
                       input.size(2) == spec_.image_size && input.size(3) == spec_.image_size,

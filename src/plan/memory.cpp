@@ -19,7 +19,8 @@ int64_t nf4_dequant_bytes(int64_t L, const fsdp::nf4::Format& f, bool cuda) {
   return fsdp::nf4::dequant_temp_bytes(L, f, cuda);
 }
 
-model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads, const Target& target) {
+model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads, const Target& target,
+                            int64_t attention_span) {
   model::CostQuery q;
   q.micro_batch = micro_batch;
   q.compute_dtype = mp.param_dtype;
@@ -27,6 +28,7 @@ model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch,
   q.threads = threads;
   q.cuda = target.cuda;
   q.fused_attention = target.fused_attention;
+  q.attention_span = attention_span;
   return q;
 }
 

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "shardtrain/model/lora.h"
@@ -42,7 +43,11 @@ double step_flops(const PlanSettings& ps, const model::Model& m, const std::vect
   // the items one rank trains on in a step.
   const double items = static_cast<double>(ps.micro_batch * ps.grad_accum) *
                        (model::input_kind(ps.spec) == model::InputKind::Tokens ? static_cast<double>(ps.spec.seq_len) : 1.0);
-  const double flops = m.train_flops_per_item() * items;
+  // Rows apart: their tokens' work (fill) with each row's own attention (the trainer's MFU counts the same: DataSource::token_work).
+  const double per_item = ps.windows.attention_length > 0
+                              ? ps.windows.fill * m.train_flops_per_token(std::llround(ps.windows.attention_length))
+                              : m.train_flops_per_item();
+  const double flops = per_item * items;
   // Recomputation runs each block's forward again (a unit's parameters do not depend on S).
   return recompute ? flops * recompute_flops_factor(units) : flops;
 }
@@ -74,7 +79,7 @@ StrategyPlan plan_strategy(const PlanSettings& ps, fsdp::Strategy st) {
   eo.strategy = st;
   const std::shared_ptr<model::Model> meta = model::build_model(ps.spec, at::kMeta);
   p.units = fsdp::plan_units(*meta, eo, S);
-  const ActivationBytes a = meta->activation_bytes(cost_query(ps.engine.mp, ps.micro_batch, ps.threads, ps.target));
+  const ActivationBytes a = meta->activation_bytes(cost_query(ps.engine.mp, ps.micro_batch, ps.threads, ps.target, ps.windows.attention_span));
   p.mem_no_recompute = peak_memory(ps, st, p.units, S, a, false);
   p.mem_recompute = peak_memory(ps, st, p.units, S, a, true);
   p.mem = ps.engine.activation_checkpointing ? p.mem_recompute : p.mem_no_recompute;

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -180,6 +181,13 @@ std::string format_plan(const PlanSettings& ps, const std::vector<StrategyPlan>&
      << (ps.target.fused_attention ? "by the fused kernels (flash / memory-efficient, libtorch >= 2: no T x T scores)"
                                    : "in the explicit form (T x T scores and an fp32 softmax per head)")
      << (ps.target.cuda ? "" : ", libtorch's CPU GEMM workspace") << "\n";
+  if (model::input_kind(sp) == model::InputKind::Tokens)
+    os << "# windows: data.packing " << ps.windows.packing
+       << (ps.windows.attention_span > 0
+               ? " (each row its own causal attention: scores of at most " + std::to_string(std::min(ps.windows.attention_span, sp.seq_len)) +
+                     " keys per query, the longest row; fill " + std::to_string(static_cast<int>(std::lround(100 * ps.windows.fill))) + "%)"
+               : std::string(" (T x T causal attention per window)"))
+       << "\n";
   const model::Finetune& ft = sp.finetune;
   if (ft.any()) {
     os << "# fine-tune:";

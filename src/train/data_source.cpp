@@ -56,22 +56,31 @@ class SplitSource : public DataSource {
 
 class TokenSource : public SplitSource<data::TokenDataset, data::TokenSampler, TokenSource> {
  public:
-  TokenSource(const std::string& dir, const model::ModelSpec& spec, const data::SamplerConfig& cfg, int64_t seq)
-      : SplitSource(dir, seq, cfg), seq_(seq) {
+  TokenSource(const std::string& dir, const model::ModelSpec& spec, const data::SamplerConfig& cfg, int64_t seq,
+              const data::PackingOptions& packing)
+      : SplitSource(dir, seq, cfg, packing), seq_(seq), packing_(packing) {
     ST_USER_CHECK(train_.meta().vocab_size <= spec.vocab_size, "data.dataset '", dir, "' has vocabulary size ",
                   train_.meta().vocab_size, " but model.vocab_size is ", spec.vocab_size);
     ST_USER_CHECK(seq <= spec.seq_len, "sequence length ", seq, " exceeds model.seq_len ", spec.seq_len);
     ST_USER_CHECK(train_sampler_.index().steps_per_epoch() > 0, "data.dataset '", dir, "': the training split has ",
-                  train_.size(), " tokens, fewer than one global batch of ", cfg.global_batch, " x ", seq + 1);
-    if (val_.size() > seq + 1) open_val(seq, val_config(cfg));
+                  train_.size(), " tokens (", train_sampler_.index().num_items(), " ", to_string(packing.mode),
+                  " windows of ", seq, "), fewer than one global batch of ", cfg.global_batch, " windows");
+    if (packing.mode == data::Packing::Stream ? val_.size() > seq + 1 : val_.size() > 0) open_val(seq, val_config(cfg), packing);
   }
   template <typename T>
   static Batch to_batch(const T& t) {
-    return {t.inputs, t.targets};
+    return {t.inputs, t.targets, model::Rows{t.positions, t.cu_seqlens}};
   }
   int64_t tokens_per_item() const override { return seq_; }
+  TokenWork token_work() const override {
+    if (packing_.mode == data::Packing::Stream) return {};  // document masks: counted as the stream (an upper bound)
+    const data::PackingStats st = train_sampler_.stats();
+    return {st.fill(), st.attention_length()};
+  }
   bool classification() const override { return false; }
-  bool masked() const override { return train_.masked(); }
+  bool counted_targets_only() const override {
+    return train_.masked() || packing_.mode != data::Packing::Stream || packing_.document_mask;
+  }
   int64_t counted_targets(const data::SamplerCursor& c) const override { return train_sampler_.counted_targets(c); }
   const data::TokenDatasetMeta& meta() const { return train_.meta(); }
   std::string describe() const override {
@@ -80,11 +89,16 @@ class TokenSource : public SplitSource<data::TokenDataset, data::TokenSampler, T
     if (train_.masked())
       os << "; loss mask (" << train_.meta().chat_format << "): " << train_.meta().train_counted << " train, "
          << train_.meta().val_counted << " val tokens counted";
+    if (train_.has_rows() || packing_.mode != data::Packing::Stream) {
+      os << "\n# data: train " << train_sampler_.stats().line(seq_, packing_.mode);
+      if (packing_.document_mask) os << "; attention and positions restart at each document (data.document_mask)";
+    }
     return os.str();
   }
 
  private:
   int64_t seq_;
+  data::PackingOptions packing_;
 };
 
 class ImageSource : public SplitSource<data::ImageDataset, data::ImageSampler, ImageSource> {
@@ -212,7 +226,7 @@ std::unique_ptr<DataSource> open_data(const std::string& dir, const model::Model
   if (dir.empty()) return std::make_unique<SyntheticSource>(spec, cfg, seq_len);
   check_prepared(dir, model::input_kind(spec) == model::InputKind::Images, keys.tokenizer);
   if (model::input_kind(spec) == model::InputKind::Images) return std::make_unique<ImageSource>(dir, spec, cfg);
-  auto src = std::make_unique<TokenSource>(dir, spec, cfg, seq_len);
+  auto src = std::make_unique<TokenSource>(dir, spec, cfg, seq_len, resolve_packing(keys, data::read_token_meta(dir)));
   // The tokenizer and split are fixed when the dataset is prepared: the deck's keys must agree.
   const data::TokenDatasetMeta& m = src->meta();
   ST_USER_CHECK(keys.tokenizer.empty() || keys.tokenizer == m.tokenizer, "data.tokenizer = \"", keys.tokenizer,
@@ -221,6 +235,52 @@ std::unique_ptr<DataSource> open_data(const std::string& dir, const model::Model
                 "data.val_fraction = ", keys.val_fraction, " but data.dataset '", dir, "' was prepared with ",
                 m.val_fraction, " (the split is made by `shardtrain data prepare --val-fraction`)");
   return src;
+}
+
+DataKeys data_keys_from_deck(const deck::Deck& d) {
+  DataKeys k;
+  if (d.is_set("data.tokenizer")) k.tokenizer = d.get_string("data.tokenizer");
+  if (d.is_set("data.val_fraction")) k.val_fraction = d.get_float("data.val_fraction");
+  k.packing = d.get_string("data.packing");
+  k.document_mask = d.get_bool("data.document_mask");
+  k.truncate = d.get_string("data.overlong") == "truncate";
+  return k;
+}
+
+data::PackingOptions resolve_packing(const DataKeys& keys, const data::TokenDatasetMeta& meta) {
+  data::PackingOptions p;
+  p.mode = keys.packing == "auto" ? (meta.masked && meta.rows ? data::Packing::Packed : data::Packing::Stream)
+                                  : data::parse_packing(keys.packing);
+  p.document_mask = keys.document_mask;
+  p.truncate = keys.truncate;
+  ST_USER_CHECK(!p.document_mask || p.mode == data::Packing::Stream, "data.document_mask = true applies to "
+                "data.packing = \"stream\"; \"", to_string(p.mode), "\" already computes each row alone");
+  return p;
+}
+
+data::PackingOptions packing_from_deck(const deck::Deck& d, const std::string& dir) {
+  std::error_code ec;
+  if (dir.empty() || !std::filesystem::is_regular_file(dir + "/meta.json", ec)) return {};
+  const data::TokenDatasetMeta meta = data::read_token_meta(dir);
+  return resolve_packing(data_keys_from_deck(d), meta);
+}
+
+void check_data_rules(const deck::Deck& d, const model::ModelSpec& spec) {
+  const std::string dir = d.get_string("data.dataset");
+  if (dir.empty() || model::input_kind(spec) != model::InputKind::Tokens ||
+      !std::filesystem::exists(dir + "/meta.json"))
+    return;
+  const DataKeys keys = data_keys_from_deck(d);
+  const data::PackingOptions p = resolve_packing(keys, data::read_token_meta(dir));
+  if (p.mode == data::Packing::Stream && !p.document_mask) return;
+  // The samplers' own checks, on both splits (the rows' windows are decided here once more: a
+  // scan of the rows, no token read).
+  data::SamplerConfig one;
+  one.global_batch = 1;
+  for (const char* split : {"train", "val"}) {
+    const data::TokenDataset ds(dir, split);
+    data::TokenSampler(ds, spec.seq_len, one, p);
+  }
 }
 
 }  // namespace shardtrain::train

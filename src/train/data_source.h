@@ -6,12 +6,14 @@
 #include <string>
 
 #include "shardtrain/data/sampler.h"
+#include "shardtrain/deck/deck.h"
 #include "shardtrain/model/model.h"
 
 namespace shardtrain::train {
 
 struct Batch {
   at::Tensor inputs, targets;
+  model::Rows rows;  // rows apart (data.packing packed / padded, data.document_mask); else empty
 };
 
 class DataSource {
@@ -26,14 +28,24 @@ class DataSource {
   // Validation global batches (in order, no shuffling) and this rank's micro-batch of one.
   virtual int64_t val_batches() const = 0;
   virtual Batch val_batch(int64_t index, int micro) const = 0;
-  // Tokens per item (seq_len for language models; 0 for images).
+  // Tokens per item (seq_len for language models: a window's positions; 0 for images).
   virtual int64_t tokens_per_item() const = 0;
+  // The model's work per window position (language models): the share of positions that hold
+  // rows' tokens (packed / padded windows leave the rest as padding; 1 for the stream) and the
+  // attention length per token (sum L^2 / sum L over the rows, each row attending only to itself;
+  // 0 = seq_len, the stream's). MFU counts this work.
+  struct TokenWork {
+    double fill = 1, attention_length = 0;
+  };
+  virtual TokenWork token_work() const { return {}; }
   virtual bool classification() const = 0;
-  // Instruction data (a token dataset with a loss mask): targets that do not count are -100 in
-  // the batches, and the loss is the mean over the counted targets of the global batch.
-  virtual bool masked() const { return false; }
-  // The counted targets of the whole training global batch at c (masked() only): the same on
-  // every rank, computed from the dataset (the sampler is deterministic), no communication.
+  // Instruction data (a token dataset with a loss mask) or rows apart (a row's last token
+  // predicts nothing, padding nothing): targets that do not count are -100 in the batches, and
+  // the loss is the mean over the counted targets of the global batch.
+  virtual bool counted_targets_only() const { return false; }
+  // The counted targets of the whole training global batch at c (counted_targets_only()): the
+  // same on every rank, computed from the dataset (the sampler is deterministic), no
+  // communication.
   virtual int64_t counted_targets(const data::SamplerCursor& c) const {
     (void)c;
     return 0;
@@ -41,11 +53,21 @@ class DataSource {
   virtual std::string describe() const = 0;
 };
 
-// Deck keys a token dataset is checked against (empty / negative: not checked).
+// Deck keys a token dataset is checked against (empty / negative: not checked), and how its
+// windows are made.
 struct DataKeys {
   std::string tokenizer;      // data.tokenizer
   double val_fraction = -1;   // data.val_fraction, when the deck sets it
+  std::string packing = "auto";  // data.packing: auto | stream | packed | padded
+  bool document_mask = false;    // data.document_mask
+  bool truncate = true;          // data.overlong = "truncate" (false: "error")
 };
+DataKeys data_keys_from_deck(const deck::Deck& d);
+
+// data.packing for a token dataset: "auto" is packed for instruction data (a mask) with row
+// boundaries, stream otherwise; the rules between the keys and the dataset (UserError naming the
+// key): packed / padded / document_mask need rows, document_mask only with stream.
+data::PackingOptions resolve_packing(const DataKeys& keys, const data::TokenDatasetMeta& meta);
 
 // Opens data.dataset for the model: a token dataset for gpt2/llama, an image dataset for vit,
 // synthetic items when dataset_dir is empty.

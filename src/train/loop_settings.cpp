@@ -53,8 +53,7 @@ RunSettings run_settings_from_deck(const deck::Deck& d, MPI_Comm world) {
     r.schedule = lr_schedule_from_deck(d, &r.schedule_note);
     r.optimizer = optimizer_config_from_deck(d);
     r.loop = trainer_settings_from_deck(d, r.comm);
-    if (d.is_set("data.tokenizer")) r.data_keys.tokenizer = d.get_string("data.tokenizer");
-    if (d.is_set("data.val_fraction")) r.data_keys.val_fraction = d.get_float("data.val_fraction");
+    r.data_keys = data_keys_from_deck(d);
   });
   return r;
 }

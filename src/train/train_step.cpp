@@ -47,7 +47,7 @@ StepResult run_step(const StepParts& p, const LoopPosition& at) {
   Timer step_timer;
   fsdp::Engine& engine = p.engine;
   const LeafPlan& leaves = p.leaves;
-  const bool masked = p.data.masked();
+  const bool masked = p.data.counted_targets_only();
   const double comm_before = engine.memory().exposed_comm_seconds;
   r.lr = p.schedule.lr_at(at.step);
   engine.zero_grad();
@@ -78,7 +78,7 @@ StepResult run_step(const StepParts& p, const LoopPosition& at) {
     if (leaves.on) seed_leaf_generator(p.seed, at.step, leaves.leaf_of(mb), p.device);
     const Batch b = on_device(std::move(batches[mb]), p.device);
     if (masked) {
-      const at::Tensor sum = p.net.loss_sum(b.inputs, b.targets);
+      const at::Tensor sum = p.net.loss_sum(b.inputs, b.targets, b.rows);
       (sum * mask_scale).backward();
       if (leaves.on) leaf_losses.push_back(sum.detach().to(at::kDouble));
       else loss_sum.add_(sum.detach().to(at::kDouble));

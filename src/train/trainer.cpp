@@ -5,6 +5,7 @@
 
 #include <c10/core/DeviceGuard.h>
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -239,6 +240,9 @@ ThroughputModel throughput_model(const RunSettings& rs, const DataSource& data, 
   tput.items_per_step = rs.batch.global_batch * (lm ? data.tokens_per_item() : 1);
   tput.items_are_tokens = lm;
   tput.flops_per_item = net.train_flops_per_item();
+  const DataSource::TokenWork work = data.token_work();
+  if (lm && work.attention_length > 0)  // rows apart: their tokens' work, each row's own attention
+    tput.flops_per_item = work.fill * net.train_flops_per_token(std::llround(work.attention_length));
   tput.peak_tflops = peak.hardware();
   tput.matmul_tflops = peak.measured;
   tput.optim_state_bytes = optimizer.state_in_tensors() ? 0 : optimizer.state_bytes();
@@ -368,6 +372,9 @@ int run_training(runtime::Runtime& rt, const deck::Deck& d, comm::RegionWatch& w
   const c10::Device device = job.device;
   c10::OptionalDeviceGuard device_guard(device.is_cuda() ? c10::optional<c10::Device>(device) : c10::nullopt);
   plan_run_batches(rs, d, job, world);
+  // The deck against its dataset (packing, overlong rows), as `deck check` applies it: before
+  // anything is written.
+  runtime::run_agreed(world, [&] { check_data_rules(d, job.spec); });
   const TrainerSettings& s = rs.loop;
   const ckpt::RunDirs run_dirs = claim_outputs(d, rs, rt.rank(), world);
   const TrainingData data = open_training_data(rs, job.spec, rt.rank(), rt.size(), world);

@@ -12,7 +12,7 @@ namespace shardtrain::train {
 
 Batch on_device(Batch b, const c10::Device& device) {
   if (device.is_cpu()) return b;
-  return {b.inputs.to(device, /*non_blocking=*/true), b.targets.to(device, /*non_blocking=*/true)};
+  return {b.inputs.to(device, /*non_blocking=*/true), b.targets.to(device, /*non_blocking=*/true), std::move(b.rows)};
 }
 
 void Validator::after_step(int64_t step) {
@@ -23,10 +23,10 @@ void Validator::after_step(int64_t step) {
   for (int64_t i = 0; i < n; ++i) {
     for (int mb = 0; mb < micro_batches_; ++mb) {
       Batch b = on_device(data_.val_batch(i, mb), device_);
-      at::Tensor logits = net_.forward(b.inputs).to(at::kFloat);
+      at::Tensor logits = net_.forward(b.inputs, b.rows).to(at::kFloat);
       at::Tensor flat = logits.reshape({-1, logits.size(-1)});
       at::Tensor tgt = b.targets.reshape({-1});
-      if (data_.masked()) {  // the mean over counted targets (-100: not counted)
+      if (data_.counted_targets_only()) {  // the mean over counted targets (-100: not counted)
         sums[0] += at::cross_entropy_loss(flat, tgt, {}, at::Reduction::Sum, -100).item<double>();
         sums[1] += static_cast<double>(tgt.ne(-100).sum().item<int64_t>());
         continue;

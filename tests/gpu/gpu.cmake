@@ -20,7 +20,7 @@ endif()
 if(SHARDTRAIN_TORCH_CUDA)
   foreach(t nccl engine)
     add_executable(test_gpu_${t} ${CMAKE_CURRENT_LIST_DIR}/test_gpu_${t}.cpp)
-    target_link_libraries(test_gpu_${t} PRIVATE shardtrain_gpu_gtest shardtrain::fsdp)
+    target_link_libraries(test_gpu_${t} PRIVATE shardtrain_gpu_gtest shardtrain::fsdp shardtrain::model)
     shardtrain_torch_pch(test_gpu_${t})
   endforeach()
   add_mpi_test(NAME gpu_nccl TARGET test_gpu_nccl NP 1 2 LABELS gpu TIMEOUT 150)
@@ -42,7 +42,7 @@ else()
     add_library(shardtrain_gpu_tests_compile_check OBJECT
       ${CMAKE_CURRENT_LIST_DIR}/test_gpu_nccl.cpp ${CMAKE_CURRENT_LIST_DIR}/test_gpu_engine.cpp)
     target_include_directories(shardtrain_gpu_tests_compile_check PRIVATE ${PROJECT_BINARY_DIR}/src/fsdp/torch_cuda_shim)
-    target_link_libraries(shardtrain_gpu_tests_compile_check PRIVATE shardtrain::fsdp GTest::gtest CUDA::cudart)
+    target_link_libraries(shardtrain_gpu_tests_compile_check PRIVATE shardtrain::fsdp shardtrain::model GTest::gtest CUDA::cudart)
   endif()
   # Say so in the gpu label instead of silently having fewer tests.
   # On a GPU machine (or under SHARDTRAIN_GPU_REQUIRED=1) a CPU libtorch is a failure, not a skip.

@@ -19,6 +19,7 @@
 #include "shardtrain/fsdp/device.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
+#include "shardtrain/model/layers.h"
 #include "shardtrain/optim/adamw_cuda.h"
 #include "shardtrain/optim/kokkos_scope.h"
 
@@ -164,6 +165,19 @@ TEST(GpuEngine, MemoryFromTheAllocatorAndOffloadLowersThePeak) {
   }
   // Masters, gradient shards and moments (16 bytes per parameter) left the device.
   EXPECT_LT(peaks[1], peaks[0]);
+}
+
+// Rows packed apart (data.packing = "packed") on CUDA: the fused kernel with a block-diagonal
+// causal mask (model::row_attention) equals each row's own explicit attention on the CPU.
+TEST(GpuAttention, RowAttentionMatchesTheCpu) {
+  at::manual_seed(3);
+  const int64_t B = 2, H = 4, T = 16, hd = 8;
+  const at::Tensor q = at::randn({B, H, T, hd}), k = at::randn({B, H, T, hd}), v = at::randn({B, H, T, hd});
+  model::Rows rows;
+  rows.cu_seqlens = {0, 5, 14, 16, 19, 26, 32};  // window 0: rows 5, 9 and padding 2; window 1: 3, 7, 6
+  const at::Tensor cpu = model::row_attention(q, k, v, rows, 0.0, false);
+  const at::Tensor gpu = model::row_attention(q.cuda(), k.cuda(), v.cuda(), rows, 0.0, false).cpu();
+  EXPECT_TRUE(at::allclose(cpu, gpu, 1e-4, 1e-4)) << (cpu - gpu).abs().max().item<float>();
 }
 
 }  // namespace

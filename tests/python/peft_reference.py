@@ -436,7 +436,7 @@ def read_split(dataset, split):
     dtype = "<u2" if meta["dtype"] == "uint16" else "<u4"
     tokens = np.fromfile(ds / f"{split}.bin", dtype=dtype).astype(np.int64)
     mask = None
-    if meta.get("version") == 2:
+    if meta.get("version") == 2 or "mask" in meta:
         mask = np.fromfile(ds / f"{split}.mask", dtype=np.uint8)
         if len(mask) != len(tokens):
             raise Failure(f"{split}.mask has {len(mask)} bytes for {len(tokens)} tokens")

@@ -6,7 +6,7 @@ add_unit_test(NAME test_data_formats
               LIBS shardtrain::data_core ZLIB::ZLIB LABELS data)
 add_unit_test(NAME test_data_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_tokenizer.cpp
               LIBS shardtrain::data_core LABELS data TIMEOUT 300)
-add_unit_test(NAME test_data_sampler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_sampler.cpp
+add_unit_test(NAME test_data_sampler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_sampler.cpp ${CMAKE_CURRENT_LIST_DIR}/test_data_packing.cpp
               LIBS shardtrain::data LABELS data)
 add_unit_test(NAME test_data_model_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_model_tokenizer.cpp
               LIBS shardtrain::data_core LABELS "data;tokenizer")

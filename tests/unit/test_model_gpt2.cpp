@@ -133,6 +133,14 @@ TEST(ModelGpt2, FutureTokensDoNotChangeEarlierLogits) {
   EXPECT_FALSE(at::allclose(a.slice(1, 7), b.slice(1, 7)));
 }
 
+TEST(ModelGpt2, PackedRowsAreComputedAsIfAlone) {
+  const ModelSpec spec = tiny_gpt2();
+  auto model = build_model(spec, at::kCPU);
+  fill_random(*model, 23, 0.3);
+  // Learned positions: each row reads wpe rows 0..L-1.
+  expect_rows_as_if_alone(*model, spec.vocab_size, spec.seq_len, {{4, 6}, {2, 2, 2}}, 24);
+}
+
 TEST(ModelGpt2, ForwardReadsParametersSwappedIntoTheDicts) {
   const ModelSpec spec = tiny_gpt2();
   auto cpu = build_model(spec, at::kCPU);

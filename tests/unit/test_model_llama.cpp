@@ -163,6 +163,19 @@ TEST(ModelLlama, FutureTokensDoNotChangeEarlierLogits) {
   EXPECT_FALSE(at::allclose(a.slice(1, 10), b.slice(1, 10)));
 }
 
+TEST(ModelLlama, PackedRowsAreComputedAsIfAlone) {
+  ModelSpec spec = tiny_llama();
+  auto model = build_model(spec, at::kCPU);
+  fill_random(*model, 21, 0.3);
+  // Rows of 1 to 16 tokens, a window with padding, one filled by a single row.
+  expect_rows_as_if_alone(*model, spec.vocab_size, 16, {{5, 9}, {3, 1, 7}, {16}}, 22);
+  // On meta (the planner's probe): the same shapes.
+  auto meta = build_model(spec, at::kMeta);
+  Rows rows{at::zeros({1, 8}, at::TensorOptions().dtype(at::kLong).device(at::kMeta)), {0, 3, 8}};
+  EXPECT_EQ(meta->forward(at::zeros({1, 8}, at::TensorOptions().dtype(at::kLong).device(at::kMeta)), rows).sizes().vec(),
+            (std::vector<int64_t>{1, 8, spec.vocab_size}));
+}
+
 TEST(ModelLlama, ForwardReadsParametersSwappedIntoTheDicts) {
   const ModelSpec spec = tiny_llama();
   auto cpu = build_model(spec, at::kCPU);

@@ -87,4 +87,57 @@ inline at::Tensor ref_head_attention(const at::Tensor& q, const at::Tensor& k, c
   return (e / e.sum(1, true)).mm(v);
 }
 
+// Rows packed apart (model/rows.h): windows of `T` tokens holding rows of the given lengths
+// (each window's rows in order from position 0, the rest padding) computed in one forward equal
+// each row computed alone ([1, L]): logits, and the gradients of the summed losses (the last
+// token of a row predicts nothing). fp32: the GEMMs see other row counts, so not bit for bit.
+inline void expect_rows_as_if_alone(Model& model, int64_t vocab, int64_t T,
+                                    const std::vector<std::vector<int64_t>>& windows, uint64_t seed) {
+  at::manual_seed(seed);
+  const int64_t B = static_cast<int64_t>(windows.size());
+  at::Tensor ids = at::zeros({B, T}, at::kLong), targets = at::full({B, T}, -100, at::kLong);
+  at::Tensor pos = at::zeros({B, T}, at::kLong);
+  Rows rows;
+  rows.cu_seqlens = {0};
+  struct Row { int64_t b, start, len; };
+  std::vector<Row> all;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t at = 0;
+    for (int64_t len : windows[b]) {
+      ids[b].narrow(0, at, len).copy_(at::randint(vocab, {len}, at::kLong));
+      for (int64_t t = 0; t < len; ++t) pos[b][at + t] = t;
+      if (len > 1) targets[b].narrow(0, at, len - 1).copy_(ids[b].narrow(0, at + 1, len - 1));
+      all.push_back({b, at, len});
+      at += len;
+      rows.cu_seqlens.push_back(b * T + at);
+    }
+    if (at < T) {
+      for (int64_t t = at; t < T; ++t) pos[b][t] = t - at;
+      rows.cu_seqlens.push_back(b * T + T);
+    }
+  }
+  rows.positions = pos;
+  model.zero_grad();
+  const at::Tensor packed = model.forward(ids, rows);
+  model.loss_sum(ids, targets, rows).backward();
+  std::map<std::string, at::Tensor> packed_grads;
+  for (const auto& p : model.named_parameters()) packed_grads[p.key()] = p.value().grad().clone();
+  model.zero_grad();
+  for (const Row& r : all) {
+    const at::Tensor one = ids[r.b].narrow(0, r.start, r.len).unsqueeze(0);
+    const at::Tensor alone = model.forward(one);
+    const at::Tensor got = packed[r.b].narrow(0, r.start, r.len).unsqueeze(0);
+    EXPECT_TRUE(at::allclose(got, alone, 1e-5, 1e-5)) << "row of " << r.len << " at " << r.b << ":" << r.start << ": "
+                                                      << (got - alone).abs().max().item<float>();
+    model.loss_sum(one, targets[r.b].narrow(0, r.start, r.len).unsqueeze(0)).backward();
+  }
+  for (const auto& p : model.named_parameters()) {
+    const at::Tensor& want = p.value().grad();
+    EXPECT_TRUE(at::allclose(packed_grads[p.key()], want, 1e-4, 1e-5))
+        << p.key() << ": " << (packed_grads[p.key()] - want).abs().max().item<float>();
+  }
+  // Without rows the same windows attend across rows: the rows are not computed alone.
+  EXPECT_FALSE(at::allclose(model.forward(ids), packed, 1e-3, 1e-3));
+}
+
 }  // namespace shardtrain::model::testing

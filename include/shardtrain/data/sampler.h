@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+
 #include "shardtrain/data/mnist.h"
+#include "shardtrain/data/packing.h"
 #include "shardtrain/data/token_dataset.h"
 
 namespace shardtrain::data {
@@ -64,32 +67,54 @@ class IndexSampler {
   mutable std::vector<std::int64_t> perm_;
 };
 
-// Sequences of seq_len + 1 tokens: window w covers tokens [w*seq_len, w*seq_len + seq_len + 1),
-// so consecutive windows share one token and every token is a target once per epoch.
+// Sequences of seq_len + 1 tokens. Stream: window w covers tokens [w*seq_len, w*seq_len +
+// seq_len + 1), so consecutive windows share one token and every token is a target once per
+// epoch. Packed / padded (packing.h): a window holds whole rows from position 0, then padding.
 struct TokenBatch {
   std::int64_t batch = 0, seq_len = 0;
   std::vector<std::int32_t> tokens;  // [batch, seq_len + 1]
   // A dataset with a loss mask: the mask bytes of the same tokens, [batch, seq_len + 1]; the
   // target at position t (token t+1) counts iff mask[t+1] is 1. Empty: every target counts.
   std::vector<std::uint8_t> mask;
+  // Rows apart (packed, padded, stream with document_mask); empty: one sequence per window.
+  // Window i's segments, in order from position 0, are the next segment_count[i] entries of
+  // segments (their lengths); positions past their sum are padding. A segment is one row (or a
+  // document's piece): attention, positions and targets stay inside it, so the target at t
+  // (token t+1) exists only when t+1 is in t's segment.
+  std::vector<std::int32_t> segments, segment_count;
+  bool rows_apart() const { return !segment_count.empty(); }
 };
 
 class TokenSampler {
  public:
-  TokenSampler(const TokenDataset& ds, std::int64_t seq_len, const SamplerConfig& cfg);
+  // packed / padded and document_mask need a dataset with rows (UserError naming the key).
+  TokenSampler(const TokenDataset& ds, std::int64_t seq_len, const SamplerConfig& cfg, const PackingOptions& packing = {});
   const IndexSampler& index() const { return index_; }
   TokenBatch batch(const SamplerCursor& c, int micro) const;
+  // The windows of `items` (window ids), as batch() reads them.
+  TokenBatch windows(const std::vector<std::int64_t>& items) const;
   SamplerCursor next(const SamplerCursor& c) const { return index_.next(c); }
   // The targets that count in the whole global batch at c (all ranks' micro-batches together;
-  // every rank computes the same number from the dataset, no communication). A dataset without
-  // a mask: global_batch x seq_len.
+  // every rank computes the same number from the dataset, no communication). A stream without
+  // a mask or document mask: global_batch x seq_len.
   std::int64_t counted_targets(const SamplerCursor& c) const;
+  // Counted targets of window w (the same rule as batch()'s targets).
+  std::int64_t window_targets(std::int64_t w) const;
+  // The split's packing statistics at this seq_len (windows, fill, truncation).
+  PackingStats stats() const;
+  const PackingOptions& packing() const { return packing_; }
 
  private:
+  void stream_segments(std::int64_t w, TokenBatch& b) const;
   const TokenDataset& ds_;
   std::int64_t seq_len_;
+  PackingOptions packing_;
+  std::shared_ptr<const RowWindows> rows_;  // packed / padded
   IndexSampler index_;
 };
+
+// The first row whose start lies at or after token `t` of the split (row_count() if none).
+std::int64_t first_row_from(const TokenDataset& ds, std::int64_t t);
 
 struct ImageBatch {
   std::int64_t batch = 0;

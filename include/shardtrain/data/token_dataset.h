@@ -1,7 +1,7 @@
 // Token datasets on disk: DIR/train.bin, DIR/val.bin (raw little-endian uint16 or uint32 ids),
 // for instruction data DIR/train.mask, DIR/val.mask (one byte per token: 1 = the token counts
-// as a target in the loss), and DIR/meta.json that describes them (see docs/data.md, "Token
-// dataset format").
+// as a target in the loss), DIR/train.rows, DIR/val.rows (where each row or document starts),
+// and DIR/meta.json that describes them (see docs/data.md, "Token dataset format").
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,8 +17,26 @@ inline constexpr int kTokenFormatVersion = 1;
 // Datasets with a loss mask are written as version 2, so a reader that does not know masks
 // refuses them instead of training on every token.
 inline constexpr int kMaskedTokenFormatVersion = 2;
+// Datasets with row boundaries (DIR/train.rows, DIR/val.rows: where each instruction row or text
+// document starts) are version 3, with or without a mask: what data.packing = "packed" /
+// "padded" and data.document_mask need. data prepare writes every token dataset so.
+inline constexpr int kRowsTokenFormatVersion = 3;
 // data prepare refuses sources whose training split has fewer tokens (one input + its target).
 inline constexpr std::int64_t kMinTrainTokens = 2;
+
+// One record of DIR/<split>.rows (16 bytes, little-endian): the token index at which a row
+// starts in its split, and where it came from (meta.json's source index and, for a JSONL
+// source, the 1-based line; 0 for a whole text document).
+struct RowRecord {
+  std::int64_t start = 0;
+  std::int64_t origin = 0;  // source << 32 | line
+  static std::int64_t make_origin(std::int64_t source, std::int64_t line) {
+    return (source << 32) | (line & 0xFFFFFFFFLL);
+  }
+  std::int64_t source() const { return origin >> 32; }
+  std::int64_t line() const { return origin & 0xFFFFFFFFLL; }
+};
+inline constexpr int kRowRecordBytes = 16;
 
 struct TokenSourceInfo {
   std::string name;
@@ -46,6 +64,10 @@ struct TokenDatasetMeta {
   std::int64_t train_counted = 0, val_counted = 0;  // mask bytes that are 1 (masked only)
   std::string chat_format;                          // "plain", "llama3", ... (masked only)
   std::string split_rule;                           // "" = the per-document token split (text corpora)
+  // Row boundaries (version 3): DIR/train.rows and DIR/val.rows, `*_rows` records each.
+  bool rows = false;
+  std::int64_t train_rows = 0, val_rows = 0;
+  std::string row_kind;  // "rows" (instruction rows) | "documents" (text)
 
   int bytes_per_token() const { return dtype == "uint16" ? 2 : 4; }
 };
@@ -55,7 +77,8 @@ std::string dtype_for_vocab(std::int64_t vocab_size);
 
 // Tokenizes each document; the last floor(val_fraction * n) tokens of each document's n
 // tokens go to val, the rest to train; documents are concatenated in order, each followed by
-// the tokenizer's end-of-text id when it has one. Writes train.bin, val.bin, meta.json.
+// the tokenizer's end-of-text id when it has one. Writes train.bin, val.bin, train.rows,
+// val.rows (each document's part a row, with its eot), meta.json (version 3).
 TokenDatasetMeta prepare_token_dataset(const std::vector<TextDocument>& docs, Tokenizer& tok,
                                        const std::string& out_dir, double val_fraction);
 
@@ -88,9 +111,17 @@ class TokenDataset {
   void read_mask(std::int64_t begin, std::int64_t n, std::uint8_t* out) const;
   // Number of mask bytes that are 1 in [begin, begin + n) (masked() only).
   std::int64_t counted(std::int64_t begin, std::int64_t n) const;
+  // Row boundaries (meta.json version 3): the split's .rows file, validated (starts strictly
+  // increasing from 0, each below the token count, as many records as meta.json says).
+  bool has_rows() const { return meta_.rows; }
+  std::int64_t row_count() const { return rows_; }
+  RowRecord row(std::int64_t i) const;           // bounds-checked
+  std::int64_t row_end(std::int64_t i) const;    // start of row i + 1, or the split's size
+  const std::string& rows_path() const { return rows_path_; }
 
  private:
   void map_mask(const std::string& dir, const std::string& split);
+  void map_rows(const std::string& dir, const std::string& split);
   TokenDatasetMeta meta_;
   std::string path_;
   std::int64_t tokens_ = 0;
@@ -98,7 +129,14 @@ class TokenDataset {
   std::size_t mapped_ = 0;
   std::string mask_path_;
   const unsigned char* mask_ = nullptr;
+  std::string rows_path_;
+  std::int64_t rows_ = 0;
+  const unsigned char* rows_data_ = nullptr;
 };
+
+// Writes DIR/<split>.rows from row records (little-endian, 16 bytes each).
+void write_rows(const std::string& path, const std::vector<RowRecord>& rows);
+std::string encode_rows(const std::vector<RowRecord>& rows);
 
 // Writes DIR/<split>.mask (bytes 0/1, one per token).
 void write_mask(const std::string& path, const std::vector<std::uint8_t>& mask);

@@ -13,6 +13,7 @@
 #pragma once
 #include <c10/core/ScalarType.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +34,10 @@ struct CostQuery {
   // attention() runs the fused kernels (flash / memory-efficient: no T x T scores), as it does on
   // CUDA with libtorch >= 2 (attention_is_fused); else the explicit form.
   bool fused_attention = false;
+  // Rows apart (data.packing packed / padded): the longest row a window holds. Each row's causal
+  // scores are L x L, at most span x T per window (sum L_i^2 <= max L x sum L_i); 0 = T (one
+  // sequence per window).
+  int64_t attention_span = 0;
 };
 
 // One block's share of a micro-batch: blocks differ where some train and others do not
@@ -82,10 +87,14 @@ struct ActivationShape {
   bool fused = false;     // attention by the fused kernels (CostQuery::fused_attention)
   bool cuda = false;      // on a GPU (no CPU GEMM workspace)
   int threads = 1;
+  int64_t span = 0;       // rows apart: the longest row (CostQuery::attention_span); 0 = T
   int64_t n() const { return B * T; }
   int64_t nd() const { return n() * d; }
   int64_t nf() const { return n() * f; }
-  int64_t attn() const { return B * H * T * T; }
+  int64_t keys() const { return span > 0 ? std::min(span, T) : T; }  // scores per query, at most
+  int64_t attn() const { return B * H * T * keys(); }
+  // The causal masks' bytes: one [T, T] shared by the batch, or each row's own [L, L].
+  int64_t causal_mask() const { return span > 0 ? B * T * keys() : T * T; }
 };
 // T tokens per sample; `block_norm_param`: the qualified name of a block's norm weight (whether
 // q.keep_fp32 keeps the norms in fp32 under mixed precision).

@@ -10,7 +10,7 @@ namespace shardtrain::model {
 class GPT2Attention : public torch::nn::Module {
  public:
   GPT2Attention(const ModelSpec& spec, c10::Device device);
-  at::Tensor forward(const at::Tensor& x);
+  at::Tensor forward(const at::Tensor& x, const Rows& rows = {});
 
  private:
   int64_t n_heads_;
@@ -33,7 +33,7 @@ class GPT2Block : public torch::nn::Module, public fsdp::Hookable {
  public:
   static constexpr const char* kTypeName = "GPT2Block";  // what name() returns
   GPT2Block(const ModelSpec& spec, c10::Device device);
-  at::Tensor forward(const at::Tensor& x);
+  at::Tensor forward(const at::Tensor& x, const Rows& rows = {});
 
  private:
   std::shared_ptr<LayerNorm> ln_1_, ln_2_;
@@ -55,7 +55,8 @@ class GPT2Transformer : public torch::nn::Module {
 class GPT2 : public Model {
  public:
   GPT2(const ModelSpec& spec, c10::Device device);
-  at::Tensor forward(const at::Tensor& input) override;
+  using Model::forward;
+  at::Tensor forward(const at::Tensor& input, const Rows& rows) override;
   ParamInit init_for(const std::string& name) const override;
   std::vector<std::string> block_types() const override { return {GPT2Block::kTypeName}; }
   // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the architecture.

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/model/rows.h"
+
 namespace shardtrain::model {
 
 using ParamDict = torch::OrderedDict<std::string, at::Tensor>;
@@ -129,6 +131,12 @@ bool attention_is_fused(bool cuda);
 // scores scaled by 1/sqrt(hd), softmax in fp32, dropout on the probabilities.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                      double dropout, bool training);
+// Causal attention inside each row of `rows` only (S == T). CPU (and CUDA without the fused
+// kernels): attention() on each row's own block, sum of L_i^2 work and score memory, the same
+// values as the row alone. CUDA with libtorch >= 2: the fused kernel with a block-diagonal
+// causal mask (at::scaled_dot_product_attention's attn_mask). Empty rows: attention(causal).
+at::Tensor row_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const Rows& rows,
+                         double dropout, bool training);
 
 // [B, T, H*hd] <-> [B, H, T, hd].
 at::Tensor split_heads(const at::Tensor& x, int64_t n_heads);

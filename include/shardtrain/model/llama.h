@@ -17,13 +17,16 @@ struct RotaryTables {
 // and rope_scaling (default, linear, llama3) as transformers computes them.
 at::Tensor rope_inv_freq(const ModelSpec& resolved, c10::Device device);
 RotaryTables rotary_tables(int64_t seq_len, const at::Tensor& inv_freq);
-// HF apply_rotary_pos_emb for x [B, H, T, hd]: x*cos + rotate_half(x)*sin.
+// Rows packed apart: each token's row of the tables, [B, 1, T, hd] (positions [B, T]).
+RotaryTables rotary_at(const RotaryTables& rope, const at::Tensor& positions);
+// HF apply_rotary_pos_emb for x [B, H, T, hd]: x*cos + rotate_half(x)*sin (tables [T, hd] or
+// [B, 1, T, hd]).
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope);
 
 class LlamaAttention : public torch::nn::Module {
  public:
   LlamaAttention(const ModelSpec& spec, c10::Device device);
-  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope);
+  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const Rows& rows = {});
 
  private:
   int64_t n_heads_, n_kv_heads_;
@@ -45,7 +48,7 @@ class LlamaDecoderLayer : public torch::nn::Module, public fsdp::Hookable {
  public:
   static constexpr const char* kTypeName = "LlamaDecoderLayer";  // what name() returns
   LlamaDecoderLayer(const ModelSpec& spec, c10::Device device);
-  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope);
+  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const Rows& rows = {});
 
  private:
   double dropout_;
@@ -69,7 +72,8 @@ class LlamaBackbone : public torch::nn::Module {
 class Llama : public Model {
  public:
   Llama(const ModelSpec& spec, c10::Device device);
-  at::Tensor forward(const at::Tensor& input) override;
+  using Model::forward;
+  at::Tensor forward(const at::Tensor& input, const Rows& rows) override;
   ParamInit init_for(const std::string& name) const override;
   std::vector<std::string> block_types() const override { return {LlamaDecoderLayer::kTypeName}; }
   // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the architecture.

@@ -10,6 +10,7 @@
 
 #include "shardtrain/fsdp/forward_hook.h"
 #include "shardtrain/model/costs.h"
+#include "shardtrain/model/rows.h"
 
 namespace shardtrain::model {
 
@@ -116,15 +117,17 @@ class Model : public torch::nn::Module, public fsdp::Hookable {
   explicit Model(ModelSpec spec) : spec_(std::move(spec)) {}
   const ModelSpec& spec() const { return spec_; }
 
-  // Language models: tokens [B, T] int64 -> logits [B, T, V].
-  // ViT: images [B, C, H, W] float -> logits [B, num_classes].
-  virtual at::Tensor forward(const at::Tensor& input) = 0;
+  // Language models: tokens [B, T] int64 -> logits [B, T, V]; with `rows`, each row of the
+  // windows as if alone (its own causal attention and positions from 0).
+  // ViT: images [B, C, H, W] float -> logits [B, num_classes] (no rows).
+  virtual at::Tensor forward(const at::Tensor& input, const Rows& rows) = 0;
+  at::Tensor forward(const at::Tensor& input) { return forward(input, Rows{}); }
   // Mean cross-entropy of forward(input) against targets ([B, T] or [B]).
-  virtual at::Tensor loss(const at::Tensor& input, const at::Tensor& targets);
+  at::Tensor loss(const at::Tensor& input, const at::Tensor& targets, const Rows& rows = {});
   // Summed cross-entropy of forward(input) over the targets that count: a target of -100 (the
   // cross-entropy's ignore index; instruction data's prompt tokens) adds nothing. For losses
   // weighed by counted tokens across micro-batches and ranks (train's loss mask).
-  at::Tensor loss_sum(const at::Tensor& input, const at::Tensor& targets);
+  at::Tensor loss_sum(const at::Tensor& input, const at::Tensor& targets, const Rows& rows = {});
   // Init rule of a parameter, by its qualified name (as in named_parameters()): LoRA's adapters
   // by PEFT's rule, every other parameter by the architecture's init_for.
   ParamInit init_rule(const std::string& name) const;

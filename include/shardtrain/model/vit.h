@@ -57,7 +57,8 @@ class ViTBlock : public torch::nn::Module, public fsdp::Hookable {
 class ViT : public Model {
  public:
   ViT(const ModelSpec& spec, c10::Device device);
-  at::Tensor forward(const at::Tensor& input) override;
+  using Model::forward;
+  at::Tensor forward(const at::Tensor& input, const Rows& rows) override;
   ParamInit init_for(const std::string& name) const override;
   std::vector<std::string> block_types() const override { return {ViTBlock::kTypeName}; }
   // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the architecture.

@@ -24,7 +24,8 @@ ActivationBytes activation_bytes(const model::ModelSpec& spec, const fsdp::Mixed
                                  int threads = 1, const Target& target = {});
 
 // The model's cost query for one micro-batch under mixed precision mp on `target`.
-model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads, const Target& target = {});
+model::CostQuery cost_query(const fsdp::MixedPrecision& mp, int64_t micro_batch, int threads, const Target& target = {},
+                            int64_t attention_span = 0);
 
 // Per rank, bytes.
 struct MemoryBreakdown {

@@ -21,6 +21,15 @@ struct Target {
   bool fused_attention = false;
 };
 
+// The token windows planned for (data.packing and the dataset's rows): rows apart bound the
+// attention's scores by the longest row, and their tokens' work is what the step computes.
+struct Windows {
+  std::string packing = "stream";  // what the plan says it assumed
+  int64_t attention_span = 0;      // the longest row (0: T, one sequence per window)
+  double fill = 1;                 // the share of window positions that hold rows' tokens
+  double attention_length = 0;     // sum L^2 / sum L over the rows (0: T)
+};
+
 // Everything the plan depends on besides the strategy.
 struct PlanSettings {
   model::ModelSpec spec;            // resolved (model::resolve_spec)
@@ -42,6 +51,7 @@ struct PlanSettings {
   std::vector<double> shared_link_weights;
   int threads = 1;                  // intra-op threads per rank (bf16/fp16 GEMM workspace is per thread)
   Target target;                    // the device planned for (plan --target; default a CPU)
+  Windows windows;                  // how the deck's data fills its windows (default the stream)
   StepTimeSettings step;            // compute rate, bandwidth, latency, cores: the step-time estimate's inputs
 };
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "shardtrain/comm/comm.h"
+#include "shardtrain/data/packing.h"
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/fsdp/options.h"
 #include "shardtrain/fsdp/sharded_optimizer.h"
@@ -64,6 +65,15 @@ optim::LrSchedule lr_schedule_from_deck(const deck::Deck& d, std::string* note =
 // schedule. `train` applies them (run_settings_from_deck) and `deck check` applies this same
 // function, so a deck that checks is one `train` accepts on these rules. UserError naming the key.
 void check_run_rules(const deck::Deck& d);
+// The rules between the deck and its data.dataset, which `deck check` and `train` both apply
+// with this function before anything runs: the packing keys against the dataset's row
+// boundaries, and data.overlong = "error" against both splits' rows at model.seq_len (a scan of
+// the rows). Nothing for synthetic data, images or a dataset that is not there (train names that).
+void check_data_rules(const deck::Deck& d, const model::ModelSpec& spec);
+// data.packing, data.document_mask and data.overlong for the token dataset `dataset_dir` ("auto"
+// resolved by its meta.json: packed for instruction data with rows, else stream); the default
+// (stream) when the directory holds no token dataset (the reader names that).
+data::PackingOptions packing_from_deck(const deck::Deck& d, const std::string& dataset_dir);
 
 // Lower bounds (bytes per rank, doubles: nothing wraps) of one training step: the fp32 weights
 // and gradients sharded over world_size ranks, and the largest tensor of one micro-batch (the

@@ -118,4 +118,16 @@ inline at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, cons
 #endif
 }
 
+// The fused attention with a boolean mask (true: the query may attend to the key), broadcast
+// over [B, H, T, S]; undefined without libtorch >= 2.
+inline at::Tensor fused_attention_masked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                         const at::Tensor& mask, double dropout_p) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, /*is_causal=*/false);
+#else
+  (void)q, (void)k, (void)v, (void)mask, (void)dropout_p;
+  return at::Tensor();
+#endif
+}
+
 }  // namespace shardtrain::torch_compat

@@ -19,7 +19,8 @@ awk 'BEGIN { srand(9); split("the of and to a in that it was her she not be his 
   --val-fraction 0.2 >/dev/null
 deck=("$src/inputs/quickstart.toml" --set run.out_dir="$work/run" --set checkpoint.dir="$work/ck"
       --set data.dataset="$work/ds" --set data.tokenizer=byte --set data.val_fraction=0.2 --set model.vocab_size=256
-      --set model.seq_len=32 --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set train.micro_batch=4)
+      --set model.seq_len=32 --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set train.micro_batch=4
+      --set data.packing=stream)  # masked_loss_check.py computes the stream's windows
 "$mpirun" "$@" -np 2 "$bin" train "${deck[@]}" --set train.max_steps=12 --set train.val_every=0 \
   --set lr.warmup_steps=2 --set log.peak_tflops=1 --set checkpoint.resume=never >"$work/train.log" 2>&1 ||
   { tail -20 "$work/train.log"; fail "training"; }

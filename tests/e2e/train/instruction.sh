@@ -10,6 +10,10 @@
 #   the same (losses 1e-5, weights 1e-5), and with train.reproducible the same bits.
 source "$(dirname "$0")/lib.sh"
 PY=${PYTHON:-python3}
+# The stream over masked rows (windows cut through rows) is what this test checks; whole rows
+# (data.packing = "packed", instruction data's default) are e2e_packing's.
+sed 's/^\[data\]$/[data]\npacking = "stream"/' "$DECK" > "$T/instruction.toml"
+DECK=$T/instruction.toml
 
 # ---- rows: prompt/completion and messages, deterministic ----------------------------------
 awk 'BEGIN { srand(5); split("the of and to a in that it was her she not be his as had with for he you", w, " ");
@@ -38,14 +42,14 @@ prep 1 "$T/data" --source "$T/rows.jsonl" --val-fraction 0.05 --threads 1
 [ "$RC" = 0 ] || { cat "$T/data.log"; fail "data prepare exited $RC"; }
 prep 2 "$T/data2" --source "$T/rows.jsonl" --val-fraction 0.05 --threads 3
 [ "$RC" = 0 ] || { cat "$T/data2.log"; fail "data prepare at 2 ranks exited $RC"; }
-for f in train.bin train.mask val.bin val.mask meta.json; do
+for f in train.bin train.mask train.rows val.bin val.mask val.rows meta.json; do
   cmp -s "$T/data/$f" "$T/data2/$f" || fail "$f differs between 1 and 2 ranks"
 done
 "$PY" - "$T/rows.jsonl" "$T/data" <<'PY' || fail "the dataset is not the rows' rendering"
 import json, sys
 rows, ds = sys.argv[1], sys.argv[2]
 meta = json.load(open(ds + "/meta.json"))
-assert meta["version"] == 2 and meta["mask"]["chat_format"] == "plain", meta
+assert meta["version"] == 3 and meta["mask"]["chat_format"] == "plain" and meta["rows"]["kind"] == "rows", meta
 streams = {"train": [bytearray(), bytearray()], "val": [bytearray(), bytearray()]}
 for line in open(rows, "rb").read().split(b"\n"):
     if not line.strip():
