@@ -161,6 +161,7 @@ int run_maxbatch(runtime::Runtime& rt, const MaxBatchArgs& a) {
       o.grad_accum = 1;
       o.steps = a.steps;
       o.memory_limit = limit;
+      o.attention_span = ps.windows.attention_span;
       const probe::ProbeResult r = probe::run_probe(rt.world(), d, o);
       ++row.probes;
       if (rt.rank() == 0) {

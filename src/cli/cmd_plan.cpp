@@ -203,6 +203,7 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     o.grad_accum = ps.grad_accum;
     o.steps = a.steps;
     o.ranks_per_host = ps.ranks_per_host;
+    o.attention_span = ps.windows.attention_span;
     const probe::ProbeResult r = probe::run_probe(rt.world(), d, o);
     const double err = r.peak_bytes > 0 ? static_cast<double>(p.mem.total - r.peak_bytes) / r.peak_bytes : 0;
     worst = std::max(worst, std::fabs(err));

@@ -104,13 +104,8 @@ std::string PackingStats::line(std::int64_t seq_len, Packing mode) const {
   return s;
 }
 
-RowWindows::RowWindows(const TokenDataset& ds, std::int64_t seq_len, Packing mode, bool truncate) {
+RowWindows::RowWindows(const TokenDataset& ds, std::int64_t seq_len, Packing mode) {
   ST_CHECK(ds.has_rows() && mode != Packing::Stream && seq_len > 0, "RowWindows needs rows and packed / padded");
-  if (!truncate) {
-    const std::string bad = first_overlong_row(ds, seq_len);
-    ST_USER_CHECK(bad.empty(), "data.overlong = \"error\": row ", bad, " is longer than model.seq_len = ", seq_len,
-                  ": shorten it, raise model.seq_len, or set data.overlong = \"truncate\"");
-  }
   stats_ = row_stats(ds, seq_len);
   const std::int64_t n = ds.row_count();
   std::vector<std::int64_t> window_of(static_cast<std::size_t>(n));
@@ -144,7 +139,7 @@ RowWindows::RowWindows(const TokenDataset& ds, std::int64_t seq_len, Packing mod
 }
 
 PackingStats packing_stats(const TokenDataset& ds, std::int64_t seq_len, Packing mode) {
-  if (mode != Packing::Stream) return RowWindows(ds, seq_len, mode, /*truncate=*/true).stats();
+  if (mode != Packing::Stream) return RowWindows(ds, seq_len, mode).stats();
   PackingStats st = ds.has_rows() ? row_stats(ds, seq_len) : PackingStats{};
   // The stream cuts rows: it drops nothing, and no row is trained alone.
   st.truncated_rows = st.dropped_tokens = st.untrained_rows = 0;
@@ -169,7 +164,7 @@ std::string packing_report(const std::string& dir, const std::vector<std::int64_
     out += buf;
     if (all.untrained_rows > 0) out += "; " + std::to_string(all.untrained_rows) + " with no counted target";
     for (std::int64_t T : seq_lens) {
-      const PackingStats p = RowWindows(ds, T, Packing::Packed, true).stats();
+      const PackingStats p = RowWindows(ds, T, Packing::Packed).stats();
       const double padded_fill = static_cast<double>(p.placed) / static_cast<double>(std::max<std::int64_t>(1, p.rows * T));
       std::snprintf(buf, sizeof buf, "\n  seq_len %5lld: packed %lld windows (fill %.1f%%), padded %lld (fill %.1f%%)",
                     static_cast<long long>(T), static_cast<long long>(p.windows), 100.0 * p.fill(),

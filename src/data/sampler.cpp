@@ -99,6 +99,13 @@ std::vector<std::int64_t> IndexSampler::local_items(const SamplerCursor& c, int 
 namespace {
 // The dataset's rows when the packing needs them (UserError naming the key otherwise).
 std::shared_ptr<const RowWindows> rows_for(const TokenDataset& ds, std::int64_t seq_len, const PackingOptions& p) {
+  check_packing(ds, seq_len, p);
+  if (p.mode == Packing::Stream) return nullptr;
+  return std::make_shared<const RowWindows>(ds, seq_len, p.mode);  // overlong rows: checked above
+}
+}  // namespace
+
+void check_packing(const TokenDataset& ds, std::int64_t seq_len, const PackingOptions& p) {
   ST_USER_CHECK(seq_len > 0, "sequence length must be positive, got ", seq_len);
   const bool needs_rows = p.mode != Packing::Stream || p.document_mask;
   const std::string key = p.mode != Packing::Stream ? std::string("data.packing = \"") + to_string(p.mode) + "\""
@@ -110,10 +117,11 @@ std::shared_ptr<const RowWindows> rows_for(const TokenDataset& ds, std::int64_t 
                 p.document_mask ? " without data.document_mask" : "");
   ST_USER_CHECK(!p.document_mask || p.mode == Packing::Stream, "data.document_mask = true applies to data.packing = "
                 "\"stream\"; \"", to_string(p.mode), "\" already computes each row alone");
-  if (p.mode == Packing::Stream) return nullptr;
-  return std::make_shared<const RowWindows>(ds, seq_len, p.mode, p.truncate);
+  if (p.mode == Packing::Stream || p.truncate) return;
+  const std::string bad = first_overlong_row(ds, seq_len);
+  ST_USER_CHECK(bad.empty(), "data.overlong = \"error\": row ", bad, " is longer than model.seq_len = ", seq_len,
+                ": shorten it, raise model.seq_len, or set data.overlong = \"truncate\"");
 }
-}  // namespace
 
 std::int64_t first_row_from(const TokenDataset& ds, std::int64_t t) {
   std::int64_t lo = 0, hi = ds.row_count();  // the first row whose start >= t lies in [lo, hi]

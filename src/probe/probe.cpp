@@ -22,6 +22,24 @@
 #include "shardtrain/util/timer.h"
 
 namespace shardtrain::probe {
+namespace {
+// Windows of rows of o.attention_span tokens each (the last one shorter): the most score memory
+// rows no longer than the span can hold in a window (sum L^2 <= span x T).
+model::Rows probe_rows(const ProbeOptions& o, const model::ModelSpec& s) {
+  model::Rows rows;
+  if (o.attention_span <= 0 || model::input_kind(s) != model::InputKind::Tokens) return rows;
+  const int64_t T = s.seq_len, span = std::min(o.attention_span, T);
+  rows.positions = at::empty({o.micro_batch, T}, at::kLong);
+  rows.cu_seqlens = {0};
+  for (int64_t b = 0; b < o.micro_batch; ++b)
+    for (int64_t first = 0; first < T; first += span) {
+      const int64_t len = std::min(span, T - first);
+      rows.positions[b].narrow(0, first, len).copy_(at::arange(len, at::kLong));
+      rows.cu_seqlens.push_back(b * T + first + len);
+    }
+  return rows;
+}
+}  // namespace
 
 ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o) {
   ST_CHECK(train::alloc_tracker_installed(), "run_probe needs install_alloc_tracker()");
@@ -60,6 +78,7 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
 
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed * 7919 + static_cast<uint64_t>(rank));
     const model::ModelSpec& s = net->spec();
+    const model::Rows rows = probe_rows(o, s);
     double loss_sum = 0;
     std::vector<double> step_s;  // each step's seconds on this rank
     for (int step = 0; step < o.steps; ++step) {
@@ -76,7 +95,7 @@ ProbeResult run_probe(MPI_Comm world, const deck::Deck& d, const ProbeOptions& o
           x = at::randint(0, s.vocab_size, {o.micro_batch, s.seq_len}, gen);
           y = at::randint(0, s.vocab_size, {o.micro_batch, s.seq_len}, gen);
         }
-        at::Tensor loss = net->loss(x, y) / static_cast<double>(o.grad_accum);
+        at::Tensor loss = net->loss(x, y, rows) / static_cast<double>(o.grad_accum);
         loss.backward();
         loss_sum += loss.item<double>();
       }

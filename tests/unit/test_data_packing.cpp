@@ -154,7 +154,7 @@ TEST(Packing, FirstFitDecreasingPlacesEveryRowOnceAsTheNaiveOne) {
   write_rows_dataset(d.str(), lengths, -1);
   TokenDataset ds(d.str(), "train");
   const std::int64_t T = 64;
-  RowWindows packed(ds, T, Packing::Packed, true);
+  RowWindows packed(ds, T, Packing::Packed);
   const auto want = naive_ffd(lengths, T);
   ASSERT_EQ(packed.size(), static_cast<std::int64_t>(want.size()));
   std::vector<int> seen(lengths.size(), 0);
@@ -178,12 +178,15 @@ TEST(Packing, FirstFitDecreasingPlacesEveryRowOnceAsTheNaiveOne) {
   EXPECT_EQ(packed.stats().truncated_rows, 1);
   EXPECT_EQ(packed.stats().dropped_tokens, 90 - T);
   EXPECT_GT(packed.stats().fill(), 0.95);
-  RowWindows padded(ds, T, Packing::Padded, true);
+  RowWindows padded(ds, T, Packing::Padded);
   ASSERT_EQ(padded.size(), 300);
   EXPECT_EQ(padded.rows_begin(42)->row, 42);
-  // data.overlong = "error": the row's source line.
+  // data.overlong = "error": the row's source line, from the check the samplers make.
   try {
-    RowWindows(ds, T, Packing::Packed, false);
+    PackingOptions strict;
+    strict.mode = Packing::Packed;
+    strict.truncate = false;
+    TokenSampler(ds, T, config(1), strict);
     ADD_FAILURE() << "an overlong row was accepted";
   } catch (const UserError& e) {
     const std::string msg = e.what();

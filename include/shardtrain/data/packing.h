@@ -47,11 +47,11 @@ struct PackingStats {
 // Whole rows of one split in windows of T positions, decided once (the same windows at any rank
 // and thread count). packed: first-fit decreasing (rows by length, longest first, ties by row
 // index; each into the first window with room); inside a window its rows in row order. padded:
-// one row per window, in row order. Rows longer than T keep their first T tokens, or raise the
-// UserError naming the source line when `truncate` is false.
+// one row per window, in row order. Rows longer than T keep their first T tokens
+// (data.overlong = "error" is sampler.h's check_packing, before any window is made).
 class RowWindows {
  public:
-  RowWindows(const TokenDataset& ds, std::int64_t seq_len, Packing mode, bool truncate);
+  RowWindows(const TokenDataset& ds, std::int64_t seq_len, Packing mode);
   std::int64_t size() const { return static_cast<std::int64_t>(begin_.size()) - 1; }
   // The rows of window w, in order.
   const PlacedRow* rows_begin(std::int64_t w) const { return rows_.data() + begin_[w]; }

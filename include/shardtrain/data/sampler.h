@@ -113,6 +113,12 @@ class TokenSampler {
   IndexSampler index_;
 };
 
+// What TokenSampler's constructor checks of `p` against a split (UserError naming the key):
+// packed / padded and document_mask need rows, document_mask only with the stream, and with
+// data.overlong = "error" no row may be longer than seq_len (a scan of the rows). A split with no
+// rows or windows passes (it has nothing to refuse). `deck check` and `train` call it on both splits.
+void check_packing(const TokenDataset& ds, std::int64_t seq_len, const PackingOptions& p);
+
 // The first row whose start lies at or after token `t` of the split (row_count() if none).
 std::int64_t first_row_from(const TokenDataset& ds, std::int64_t t);
 

@@ -19,6 +19,10 @@ struct ProbeOptions {
   int steps = 2;                    // optimizer steps; step_s is the median of those after the first
   int ranks_per_host = 0;           // simulated hosts (0: parallel.simulate_ranks_per_host)
   int64_t memory_limit = 0;         // per rank, tensor bytes + optimizer state; 0 = none
+  // Rows apart (plan::Windows::attention_span): each window filled with rows of this many tokens
+  // (the last one shorter), the windows the plan's score bound describes; 0 = one sequence per
+  // window.
+  int64_t attention_span = 0;
 };
 
 struct ProbeResult {
