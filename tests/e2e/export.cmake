@@ -59,5 +59,20 @@ if(SHARDTRAIN_EXPORT_PYTHON)
     set_tests_properties(e2e_instruction_eval_reference PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS "e2e;mpi;data"
       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1"
       FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:")
+    # Instruction rows trained whole and apart (data.packing): the one-row-at-a-time reference
+    # checks itself first (a packed window with a block-diagonal mask, a right-padded batch, float64
+    # finite differences; a few seconds, no shardtrain), then eval packed / padded and one SGD step
+    # (Llama, LoRA on it, GPT-2) at 1 and 2 ranks equal it; bad input exit 2 from deck check and
+    # train (tests/e2e/export/packing.sh).
+    add_test(NAME test_packing_reference_self_test
+      COMMAND ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR}/tests/python/packing_reference.py self-test)
+    set_tests_properties(test_packing_reference_self_test PROPERTIES LABELS "unit;data" TIMEOUT 120
+      FIXTURES_SETUP packing_reference FAIL_REGULAR_EXPRESSION "MISMATCH")
+    add_test(NAME e2e_packing
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export/packing.sh $<TARGET_FILE:shardtrain>
+              ${SHARDTRAIN_EXPORT_PYTHON} ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${SHARDTRAIN_MPIRUN_FLAGS})
+    set_tests_properties(e2e_packing PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS "e2e;mpi;data"
+      FIXTURES_REQUIRED packing_reference FAIL_REGULAR_EXPRESSION "MISMATCH|FAIL:"
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_ess_singleton_isolated=1")
   endif()
 endif()
