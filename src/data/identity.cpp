@@ -58,20 +58,26 @@ nlohmann::json file_identity(const std::string& path) {
 
 }  // namespace
 
-std::string data_identity(const std::string& dir) {
+std::string data_identity(const std::string& dir, const std::string& windows) {
   namespace fs = std::filesystem;
   if (dir.empty()) return nlohmann::json{{"kind", "synthetic"}}.dump();
   nlohmann::json files = nlohmann::json::object();
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    const bool wanted = name.size() > 4 && (name.compare(name.size() - 4, 4, ".bin") == 0 ||
-                                            (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0));
+    // The row boundaries decide packed windows: a run resumed on other rows would read other data.
+    const auto ends = [&](const char* suffix) {
+      const size_t n = std::char_traits<char>::length(suffix);
+      return name.size() > n && name.compare(name.size() - n, n, suffix) == 0;
+    };
+    const bool wanted = ends(".bin") || ends(".json") || ends(".rows");
     if (!wanted || e.is_symlink(ec) || !e.is_regular_file(ec)) continue;
     nlohmann::json id = file_identity(e.path().string());
     if (!id.is_null()) files[name] = id;
   }
-  return nlohmann::json{{"kind", "files"}, {"files", files}}.dump();
+  nlohmann::json id = {{"kind", "files"}, {"files", files}};
+  if (!windows.empty()) id["windows"] = windows;
+  return id.dump();
 }
 
 std::string data_identity_differences(const std::string& saved_text, const std::string& now_text) {
@@ -102,6 +108,9 @@ std::string data_identity_differences(const std::string& saved_text, const std::
   }
   for (const auto& [name, id] : b.items())
     if (!a.contains(name)) add(name + ": new");
+  // Other windows over the same files (data.packing changed): the cursor would index other data.
+  if (saved.contains("windows") && now.contains("windows") && saved["windows"] != now["windows"])
+    add("windows: " + saved["windows"].dump() + " -> " + now["windows"].dump());
   return out;
 }
 

@@ -78,6 +78,10 @@ class TokenSource : public SplitSource<data::TokenDataset, data::TokenSampler, T
     return {st.fill(), st.attention_length()};
   }
   bool classification() const override { return false; }
+  std::string windows() const override {
+    return std::string(to_string(packing_.mode)) + (packing_.document_mask ? " with data.document_mask" : "") +
+           (packing_.mode != data::Packing::Stream ? " of " + std::to_string(seq_) : "");
+  }
   bool counted_targets_only() const override {
     return train_.masked() || packing_.mode != data::Packing::Stream || packing_.document_mask;
   }

@@ -51,6 +51,9 @@ class DataSource {
     return 0;
   }
   virtual std::string describe() const = 0;
+  // How the split becomes windows, for the data identity a checkpoint records ("" = fixed by
+  // the dataset: images, synthetic items).
+  virtual std::string windows() const { return ""; }
 };
 
 // Deck keys a token dataset is checked against (empty / negative: not checked), and how its

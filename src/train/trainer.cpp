@@ -224,7 +224,7 @@ TrainingData open_training_data(const RunSettings& rs, const model::ModelSpec& s
   TrainingData t;
   runtime::run_agreed(world, [&] { t.source = open_data(rs.loop.dataset, spec, scfg, spec.seq_len, rs.data_keys); });
   runtime::run_agreed(world, [&] {
-    if (rank == 0) t.identity = data::data_identity(rs.loop.dataset);
+    if (rank == 0) t.identity = data::data_identity(rs.loop.dataset, t.source->windows());
   });
   runtime::broadcast(world, t.identity, 0, "setup.data_identity");
   return t;

@@ -12,6 +12,7 @@
 
 #include "shardtrain/data/batch_tensors.h"
 #include "shardtrain/data/byte_tokenizer.h"
+#include "shardtrain/data/identity.h"
 #include "shardtrain/data/packing.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/util/error.h"
@@ -330,4 +331,19 @@ TEST(Packing, DatasetsWithoutRowsTrainAsStreamOnly) {
       EXPECT_NE(msg.find("version 1"), std::string::npos) << msg;
     }
   }
+}
+
+TEST(Packing, ADataIdentityRecordsTheRowsAndTheWindows) {
+  TmpDir d;
+  write_rows_dataset(d.str(), {5, 3, 7}, 1);
+  const std::string packed = data_identity(d.str(), "packed of 64");
+  EXPECT_EQ(data_identity_differences(packed, data_identity(d.str(), "packed of 64")), "");
+  const std::string other = data_identity_differences(packed, data_identity(d.str(), "stream"));
+  EXPECT_NE(other.find("windows: \"packed of 64\" -> \"stream\""), std::string::npos) << other;
+  // A checkpoint from before windows were recorded: the files alone are compared.
+  EXPECT_EQ(data_identity_differences(data_identity(d.str()), packed), "");
+  // Other rows over the same tokens: other windows.
+  write_rows(d.str() + "/train.rows", {{0, 0}, {4, 0}, {8, 0}});
+  const std::string rows = data_identity_differences(packed, data_identity(d.str(), "packed of 64"));
+  EXPECT_NE(rows.find("train.rows: content differs"), std::string::npos) << rows;
 }

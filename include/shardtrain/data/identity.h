@@ -6,15 +6,16 @@
 
 namespace shardtrain::data {
 
-// JSON text: for a dataset directory, each regular *.bin and *.json file directly in it (the
-// split files and meta.json of a token dataset, the files of an image dataset) with its size
-// and a digest (FNV-1a 64) of its first and last MiB; {"kind":"synthetic"} for synthetic
-// items (dataset_dir empty). Reads at most 2 MiB per file: cheap at every start.
-std::string data_identity(const std::string& dataset_dir);
+// JSON text: for a dataset directory, each regular *.bin, *.rows and *.json file directly in it
+// (the split files, row boundaries and meta.json of a token dataset, the files of an image
+// dataset) with its size and a digest (FNV-1a 64) of its first and last MiB, and `windows` (how
+// the split becomes windows: data.packing with its keys, "" = not recorded); {"kind":"synthetic"}
+// for synthetic items (dataset_dir empty). Reads at most 2 MiB per file: cheap at every start.
+std::string data_identity(const std::string& dataset_dir, const std::string& windows = "");
 
 // "" when `now` describes the same data as `saved` (both data_identity texts); otherwise what
 // changed, one clause per file ("train.bin: 40960 -> 20480 bytes", "val.bin: content differs",
-// "meta.json: missing now").
+// "meta.json: missing now", "windows: packed -> stream"; windows compared when both record them).
 std::string data_identity_differences(const std::string& saved, const std::string& now);
 
 }  // namespace shardtrain::data
