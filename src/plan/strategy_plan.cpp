@@ -43,7 +43,7 @@ double step_flops(const PlanSettings& ps, const model::Model& m, const std::vect
   // the items one rank trains on in a step.
   const double items = static_cast<double>(ps.micro_batch * ps.grad_accum) *
                        (model::input_kind(ps.spec) == model::InputKind::Tokens ? static_cast<double>(ps.spec.seq_len) : 1.0);
-  // Rows apart: their tokens' work (fill) with each row's own attention (the trainer's MFU counts the same: DataSource::token_work).
+  // Rows apart: their tokens' work (fill) with each row's own attention (the trainer's MFU counts the same: DataSource::attention_length).
   const double per_item = ps.windows.attention_length > 0
                               ? ps.windows.fill * m.train_flops_per_token(std::llround(ps.windows.attention_length))
                               : m.train_flops_per_item();

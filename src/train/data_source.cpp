@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -71,11 +72,12 @@ class TokenSource : public SplitSource<data::TokenDataset, data::TokenSampler, T
   static Batch to_batch(const T& t) {
     return {t.inputs, t.targets, model::Rows{t.positions, t.cu_seqlens}};
   }
-  int64_t tokens_per_item() const override { return seq_; }
-  TokenWork token_work() const override {
-    if (packing_.mode == data::Packing::Stream) return {};  // document masks: counted as the stream (an upper bound)
-    const data::PackingStats st = train_sampler_.stats();
-    return {st.fill(), st.attention_length()};
+  int64_t tokens_per_item() const override {
+    if (packing_.mode == data::Packing::Stream) return seq_;
+    return std::max<int64_t>(1, std::llround(static_cast<double>(seq_) * train_sampler_.stats().fill()));
+  }
+  double attention_length() const override {  // document masks: counted as the stream's (an upper bound)
+    return packing_.mode == data::Packing::Stream ? 0 : train_sampler_.stats().attention_length();
   }
   bool classification() const override { return false; }
   std::string windows() const override {

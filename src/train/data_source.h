@@ -28,16 +28,13 @@ class DataSource {
   // Validation global batches (in order, no shuffling) and this rank's micro-batch of one.
   virtual int64_t val_batches() const = 0;
   virtual Batch val_batch(int64_t index, int micro) const = 0;
-  // Tokens per item (seq_len for language models: a window's positions; 0 for images).
+  // Tokens per item (language models: seq_len for stream windows; the rows' tokens of a packed /
+  // padded window on average over the split, padding left out; 0 for images). Tokens/s and
+  // tokens_seen count these.
   virtual int64_t tokens_per_item() const = 0;
-  // The model's work per window position (language models): the share of positions that hold
-  // rows' tokens (packed / padded windows leave the rest as padding; 1 for the stream) and the
-  // attention length per token (sum L^2 / sum L over the rows, each row attending only to itself;
-  // 0 = seq_len, the stream's). MFU counts this work.
-  struct TokenWork {
-    double fill = 1, attention_length = 0;
-  };
-  virtual TokenWork token_work() const { return {}; }
+  // Rows apart: the attention length per token, sum L^2 / sum L over the rows (each row attends
+  // only to itself), what MFU counts; 0 = seq_len, the stream's.
+  virtual double attention_length() const { return 0; }
   virtual bool classification() const = 0;
   // Instruction data (a token dataset with a loss mask) or rows apart (a row's last token
   // predicts nothing, padding nothing): targets that do not count are -100 in the batches, and

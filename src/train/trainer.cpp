@@ -240,9 +240,8 @@ ThroughputModel throughput_model(const RunSettings& rs, const DataSource& data, 
   tput.items_per_step = rs.batch.global_batch * (lm ? data.tokens_per_item() : 1);
   tput.items_are_tokens = lm;
   tput.flops_per_item = net.train_flops_per_item();
-  const DataSource::TokenWork work = data.token_work();
-  if (lm && work.attention_length > 0)  // rows apart: their tokens' work, each row's own attention
-    tput.flops_per_item = work.fill * net.train_flops_per_token(std::llround(work.attention_length));
+  if (lm && data.attention_length() > 0)  // rows apart: per row token, each row's own attention
+    tput.flops_per_item = net.train_flops_per_token(std::llround(data.attention_length()));
   tput.peak_tflops = peak.hardware();
   tput.matmul_tflops = peak.measured;
   tput.optim_state_bytes = optimizer.state_in_tensors() ? 0 : optimizer.state_bytes();

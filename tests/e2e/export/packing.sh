@@ -190,4 +190,11 @@ bad v2 1 'data.packing' "${llama[@]}" --set data.dataset="$work/ds_v2" --set dat
 expect_exit2 "$work/bad_v1_check.log" 'data.packing' "$bin" deck check "$work/deck.toml" "${llama[@]}" \
   --set data.dataset="$work/ds_v1" --set data.packing=padded
 bad overlong 2 'rows.jsonl:8' "${llama[@]}" --set data.overlong=error
+echo "== 5. plan --measure on packed rows: scores bounded by the longest row (77 of 96), planned = measured within 10%"
+"${mpi[@]}" -np 2 "$bin" plan "$work/deck.toml" "${gpt2[@]}" --set model.seq_len=96 --set train.global_batch=2 \
+  --set train.micro_batch=1 --ranks-per-host 1 --strategy full_shard --measure --steps 2 --tolerance 0.10 \
+  >"$work/plan.log" 2>&1 || { cat "$work/plan.log"; fail "plan --measure on packed rows"; }
+grep -q "# windows: data.packing packed (each row its own causal attention: scores of at most 77 keys" "$work/plan.log" ||
+  { grep "# windows" "$work/plan.log"; fail "the plan does not bound the scores by the longest row"; }
+grep "^full_shard " "$work/plan.log"
 echo "OK ($((SECONDS - t0)) s)"
