@@ -359,6 +359,29 @@ std::string mb(double bytes) {
   return s;
 }
 
+// This rank's row records of one split (0 train, 1 val): each row's start from the rank's first
+// token `first`, its origin's line on the file's count (`lines_before`: the lower ranks' newlines
+// per source; this rank's earlier ranges add theirs).
+std::vector<RowRecord> rank_rows(int split, std::int64_t first, const std::vector<Task>& tasks,
+                                 const std::vector<TaskOut>& outs, const std::vector<Loaded>& loaded,
+                                 const std::vector<std::int64_t>& lines_before) {
+  std::vector<std::int64_t> line_base = lines_before, loaded_base(loaded.size(), 0);
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    loaded_base[i] = line_base[loaded[i].source];
+    line_base[loaded[i].source] += std::count(loaded[i].text.begin(), loaded[i].text.end(), '\n');
+  }
+  std::vector<RowRecord> recs;
+  std::int64_t at = first;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const int l = tasks[i].loaded;
+    for (const TaskRow& r : split == 0 ? outs[i].train_rows : outs[i].val_rows) {
+      recs.push_back({at, RowRecord::make_origin(loaded[l].source, r.line > 0 ? loaded_base[l] + r.line : 0)});
+      at += r.tokens;
+    }
+  }
+  return recs;
+}
+
 }  // namespace
 
 std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
@@ -625,28 +648,9 @@ std::string prepare_corpus(const PrepareArgs& a0, MPI_Comm world,
       write_at(fin + ".tmp", bytes, before[split], world);
       renames.emplace_back(fin + ".tmp", fin);
     }
-  // The row records: each row's start at the rank's token offset, its origin's line on the
-  // file's count (lines of the lower ranks' ranges, and of this rank's earlier ranges).
-  std::vector<std::int64_t> line_base(ns, 0);
-  std::vector<std::int64_t> loaded_base(loaded.size(), 0);
-  for (std::size_t i = 0; i < loaded.size(); ++i) {
-    const int src = loaded[i].source;
-    loaded_base[i] = lines_before[src] + line_base[src];
-    line_base[src] += std::count(loaded[i].text.begin(), loaded[i].text.end(), '\n');
-  }
   for (int split = 0; split < 2; ++split) {
-    std::vector<RowRecord> recs;
-    recs.reserve(static_cast<std::size_t>(my_rows[split]));
-    std::int64_t at = before[split];
-    for (std::size_t i = 0; i < tasks.size(); ++i) {
-      const int loaded_i = tasks[i].loaded;
-      for (const TaskRow& r : split == 0 ? outs[i].train_rows : outs[i].val_rows) {
-        const std::int64_t line = r.line > 0 ? loaded_base[loaded_i] + r.line : 0;
-        recs.push_back({at, RowRecord::make_origin(loaded[loaded_i].source, line)});
-        at += r.tokens;
-      }
-    }
     const std::string fin = a.out_dir + (split == 0 ? "/train.rows" : "/val.rows");
+    const std::vector<RowRecord> recs = rank_rows(split, before[split], tasks, outs, loaded, lines_before);
     write_at(fin + ".tmp", encode_rows(recs), rows_before[split] * kRowRecordBytes, world);
     renames.emplace_back(fin + ".tmp", fin);
   }
