@@ -192,7 +192,7 @@ for np in 2 4; do
   done
   echo "R$np: the same bits as R1"
 done
-note "packed rows (data.packing = packed): train.reproducible 1x8, 2x4, 4x2 the same bits; stopped at step 3 and resumed, the same bits"
+note "packed rows (data.packing = packed): train.reproducible 1x8, 2x4, 4x2 and with recomputation the same bits; stopped at step 3 and resumed, the same bits"
 # Rows of 40-90 bytes in windows of 128 positions; the global batch of 8 windows is a part of the
 # epoch's windows, so the resume at step 3 is mid-epoch. The deck's dropout stays on.
 PK=(--set data.packing=packed --set model.seq_len=128 --set train.global_batch=8 --set train.micro_batch=1
@@ -209,6 +209,12 @@ for np in 2 4; do
   done
   echo "P$np: the same bits as P1"
 done
+# Recomputation re-runs each block's forward in backward with the rows it was given.
+train_ok 2 "$T/PR" "${PK[@]}" --set checkpoint.resume=never --set fsdp.activation_checkpointing=true
+for g in /model /optim; do
+  h5diff -q "$(ckpt_file "$T/P1" 6)" "$(ckpt_file "$T/PR" 6)" "$g" "$g" || fail "$g of PR (recomputation) differs from P1's"
+done
+echo "PR (2 ranks, activation checkpointing): the same bits as P1"
 train_ok 2 "$T/Q2" "${PK[@]}" --set checkpoint.resume=never --set train.max_steps=3
 train_ok 2 "$T/Q2" "${PK[@]}" --set checkpoint.resume=auto
 grep -q "# resumed from $(ckpt_file "$T/Q2" 3): step 3," "$T/Q2.log" || fail "Q2 did not resume from step 3"
