@@ -20,6 +20,7 @@
 #include "shardtrain/plan/strategy_plan.h"
 #include "shardtrain/plan/tables.h"
 #include "shardtrain/probe/probe.h"
+#include "shardtrain/train/bf16_choice.h"
 #include "shardtrain/train/plan_settings.h"
 #include "shardtrain/train/peak_flops.h"
 #include "shardtrain/train/setup.h"
@@ -155,15 +156,20 @@ int run_plan(runtime::Runtime& rt, const PlanArgs& a) {
     ps.step.compute_tflops = a.compute_tflops;
     ps.step.compute_source = "--compute-tflops";
   } else {
+    // bf16 on this CPU: the GEMM path the run would take (fsdp.bf16_gemm; auto's cached choice).
+    std::string path;
+    if (ps.engine.mp.param_dtype == at::kBFloat16)
+      path = std::string(" by ") + model::to_string(train::choose_bf16_gemm(rt.world(), d.get_string("fsdp.bf16_gemm")).path) +
+             " GEMMs (fsdp.bf16_gemm)";
     const int before = at::get_num_threads();
     at::set_num_threads(std::max(1, ps.threads));
     const double mine = train::measure_peak_tflops(ps.engine.mp.param_dtype);
     at::set_num_threads(before);
     ps.step.compute_tflops = runtime::min(rt.world(), mine, "plan.compute_rate");
-    char src[160];
-    std::snprintf(src, sizeof src, "a %s matmul measured here on %d thread%s: the peak, so compute is a lower bound; "
+    char src[220];
+    std::snprintf(src, sizeof src, "a %s matmul%s measured here on %d thread%s: the peak, so compute is a lower bound; "
                   "give the model's achieved rate with --compute-tflops", fsdp::dtype_name(ps.engine.mp.param_dtype),
-                  std::max(1, ps.threads), ps.threads > 1 ? "s" : "");
+                  path.c_str(), std::max(1, ps.threads), ps.threads > 1 ? "s" : "");
     ps.step.compute_source = src;
   }
   std::vector<plan::StrategyPlan> plans;

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "shardtrain/fsdp/device.h"
+#include "shardtrain/model/bf16_gemm.h"
 #include "shardtrain/util/cpu_isa.h"
 #include "shardtrain/util/timer.h"
 
@@ -19,12 +20,15 @@ double measure_peak_tflops(at::ScalarType dtype, const c10::Device& device) {
   const int reps = device.is_cuda() ? 10 : 4;
   const at::TensorOptions o = at::TensorOptions().device(device);
   at::Tensor a = at::randn({n, n}, o).to(dtype), b = at::randn({n, n}, o).to(dtype);
-  at::Tensor c = at::matmul(a, b);  // warm-up (kernel selection, allocator)
+  // The models' own GEMM dispatch (model/bf16_gemm.h): a bf16 product on the CPU takes the path
+  // chosen at start-up (libtorch's bf16 kernel, or fp32 on the bf16 operands, conversions timed).
+  auto product = [&] { return model::addmm(at::Tensor(), a, b); };
+  at::Tensor c = product();  // warm-up (kernel selection, allocator)
   fsdp::synchronize_device(device);
   double best = 0;
   for (int i = 0; i < reps; ++i) {
     Timer t;
-    c = at::matmul(a, b);
+    c = product();
     fsdp::synchronize_device(device);
     best = std::max(best, 2.0 * n * n * n / t.seconds() / 1e12);
   }

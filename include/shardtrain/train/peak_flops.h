@@ -10,7 +10,8 @@
 
 namespace shardtrain::train {
 // TFLOP/s of a square matmul in `dtype` on `device` (on the CPU with the current intra-op
-// threads; ~0.3 s), through the kernels training uses.
+// threads; ~0.3 s), through the kernels training uses: model::addmm, so a bf16 product on the CPU
+// runs the path model::bf16_gemm() names (train/bf16_choice.h chooses it first).
 double measure_peak_tflops(at::ScalarType dtype, const c10::Device& device = c10::kCPU);
 
 // The CPU's theoretical peak for `threads` cores in `dtype` (util/cpu_isa.h: two FMA units per
