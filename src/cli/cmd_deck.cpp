@@ -81,11 +81,14 @@ int run_reference(runtime::Runtime& rt, const std::string& out, bool json) {
 
 int run_check(runtime::Runtime& rt, const DeckArgs& args) {
   deck::Deck d = load_deck_agreed(args, rt.world());
-  // The model's own shape rules too (e.g. a ViT's patch_size must tile image_size), and the
-  // run's rules `train` applies with the same function (strategy, DiLoCo, optimizer, schedule).
+  // The model's own shape rules too (e.g. a ViT's patch_size must tile image_size), what trains
+  // (LoRA's targets and rank, train.freeze, lora.train_also: build_model applies them to the
+  // model on meta, as train does), and the run's rules `train` applies with the same function
+  // (strategy, DiLoCo, optimizer, schedule), and the data rules.
   model::ModelSpec spec;
   runtime::run_agreed(rt.world(), [&] {
     spec = train::model_spec_from_deck(d);
+    model::build_model(spec, at::kMeta);
     train::check_run_rules(d);
     train::check_data_rules(d, spec);
   });

@@ -182,13 +182,20 @@ bad() {  # bad NAME PATTERN ARGS... : train exits 2 on both ranks naming PATTERN
   expect_exit2 "$work/bad_$name.log" "$pattern" "${mpi[@]}" -np 2 "$bin" train "$work/deck.toml" --set run.out_dir="$work/bad_$name" "$@"
   ! ls "$work/bad_$name"/checkpoints/*.h5* "$work/bad_$name"/metrics.jsonl >/dev/null 2>&1 || fail "$name: a checkpoint or metrics written"
 }
-bad target 'lora.targets: "qproj" matches no linear layer.*q_proj, k_proj' "${t[@]}" --set 'lora.targets=["qproj"]'
-bad rank 'lora.rank = 64 is above min(in, out) = 32' "${t[@]}" --set lora.rank=64
-bad freeze 'train.freeze: "model.layerz.\*" matches no parameter' --set checkpoint.init_from="$work/models/qwen2" \
+# What trains: deck check refuses it as train does (the same rules, applied to the model on meta).
+checked() {  # checked NAME PATTERN ARGS... : deck check exits 2 naming PATTERN, then bad (train)
+  local name=$1 pattern=$2
+  shift 2
+  expect_exit2 "$work/bad_${name}_check.log" "$pattern" "$bin" deck check "$work/deck.toml" "$@"
+  bad "$name" "$pattern" "$@"
+}
+checked target 'lora.targets: "qproj" matches no linear layer.*q_proj, k_proj' "${t[@]}" --set 'lora.targets=["qproj"]'
+checked rank 'lora.rank = 64 is above min(in, out) = 32' "${t[@]}" --set lora.rank=64
+checked freeze 'train.freeze: "model.layerz.\*" matches no parameter' --set checkpoint.init_from="$work/models/qwen2" \
   --set 'train.freeze=["model.layerz.*"]'
-bad freeze_all 'nothing would train' --set 'train.freeze=["*"]'
-bad train_also 'lora.train_also .*lora.rank = 0' --set 'lora.train_also=["norm"]'
-bad also_none 'lora.train_also: "nrm" matches no parameter' "${t[@]}" --set 'lora.train_also=["nrm"]'
+checked freeze_all 'nothing would train' --set 'train.freeze=["*"]'
+checked train_also 'lora.train_also .*lora.rank = 0' --set 'lora.train_also=["norm"]'
+checked also_none 'lora.train_also: "nrm" matches no parameter' "${t[@]}" --set 'lora.train_also=["nrm"]'
 # An adapter that does not fit: another rank in the deck, a shape, a tensor for a layer not adapted.
 bad adapter_rank 'lora.rank = 4 contradicts r = 8' --set checkpoint.init_from="$work/models/qwen2" \
   --set lora.init_from="$work/ad_qwen2" --set lora.rank=4
