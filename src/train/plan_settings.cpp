@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "shardtrain/data/packing.h"
+#include "shardtrain/data/sampler.h"
 #include "shardtrain/train/setup.h"
 
 namespace shardtrain::train {
@@ -21,6 +22,7 @@ plan::Windows planned_windows(const deck::Deck& d, const model::ModelSpec& spec)
   w.packing = std::string(data::to_string(p.mode)) + (p.document_mask ? " with data.document_mask" : "");
   if (p.mode == data::Packing::Stream) return w;
   const data::TokenDataset ds(dir, "train");
+  data::check_packing(ds, spec.seq_len, p);  // the samplers' rules (a dataset without rows: named)
   const data::PackingStats st = data::packing_stats(ds, spec.seq_len, p.mode);
   w.attention_span = std::min(st.max_len, spec.seq_len);
   w.fill = st.fill();
