@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "shardtrain/util/choices.h"
 #include "shardtrain/util/error.h"
 
 namespace shardtrain::data {
@@ -79,13 +80,11 @@ class FirstFit {
 
 }  // namespace
 
-const char* to_string(Packing p) { return kPackingNames[static_cast<int>(p)]; }
+static_assert(static_cast<int>(Packing::Padded) + 1 == choices::kPackings.size(), "Packing follows choices::kPackings");
 
-Packing parse_packing(const std::string& name) {
-  for (int i = 0; i < 3; ++i)
-    if (name == kPackingNames[i]) return static_cast<Packing>(i);
-  throw UserError("data.packing = \"" + name + "\": expected \"stream\", \"packed\" or \"padded\"");
-}
+const char* to_string(Packing p) { return choices::kPackings[static_cast<int>(p)]; }
+
+Packing parse_packing(const std::string& name) { return choices::parse_choice<Packing>(choices::kPackings, name, "data.packing"); }
 
 std::string PackingStats::line(std::int64_t seq_len, Packing mode) const {
   char buf[512];

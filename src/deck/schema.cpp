@@ -333,22 +333,26 @@ std::vector<KeySpec> build_schema() {
           "validation fraction the dataset was prepared with (`data prepare --val-fraction`); when set, a "
           "dataset split otherwise is an error")
         .at_least(0).at_most(0.5),
-    Str("data.packing", "auto",
+    Str("data.packing", choices::kPackingAuto,
         "how a token split becomes windows of model.seq_len: stream (windows cut through the token stream), "
         "packed (whole rows placed into windows, first-fit decreasing, each row computed as if alone: its own "
         "causal attention, positions from 0, no target across its end), padded (one row per window, batches "
         "padded to their longest row); auto = packed for instruction data (a dataset with a loss mask), stream "
         "otherwise. packed and padded need a dataset with row boundaries (data prepare of this version)")
-        .one_of({"auto", "stream", "packed", "padded"}),
+        .one_of([] {
+          std::vector<std::string> v = choices::as_list(choices::kPackings);
+          v.insert(v.begin(), choices::kPackingAuto);
+          return v;
+        }()),
     Bool("data.document_mask", false,
          "with data.packing = \"stream\": windows still cut through documents, but attention and positions restart "
          "at each document start inside a window, and a document's last token predicts nothing (Llama 3's "
          "pretraining); needs row boundaries"),
-    Str("data.overlong", "truncate",
+    Str("data.overlong", choices::kOverlong[0],
         "packed / padded: a row longer than model.seq_len keeps its first seq_len tokens (truncate, as TRL's "
         "max_length; the start of train reports how many rows and tokens this drops), or is an error naming its "
         "source line (error)")
-        .one_of({"truncate", "error"}),
+        .one_of(choices::as_list(choices::kOverlong)),
 
     // [log]
     Int("log.every", 10, "print and record metrics every this many steps").at_least(1).unit("steps"),

@@ -249,19 +249,18 @@ DataKeys data_keys_from_deck(const deck::Deck& d) {
   if (d.is_set("data.val_fraction")) k.val_fraction = d.get_float("data.val_fraction");
   k.packing = d.get_string("data.packing");
   k.document_mask = d.get_bool("data.document_mask");
-  k.truncate = d.get_string("data.overlong") == "truncate";
+  k.truncate = d.get_string("data.overlong") == choices::kOverlong[0];
   return k;
 }
 
 data::PackingOptions resolve_packing(const DataKeys& keys, const data::TokenDatasetMeta& meta) {
   data::PackingOptions p;
-  p.mode = keys.packing == "auto" ? (meta.masked && meta.rows ? data::Packing::Packed : data::Packing::Stream)
-                                  : data::parse_packing(keys.packing);
+  p.mode = keys.packing == choices::kPackingAuto
+               ? (meta.masked && meta.rows ? data::Packing::Packed : data::Packing::Stream)
+               : data::parse_packing(keys.packing);
   p.document_mask = keys.document_mask;
   p.truncate = keys.truncate;
-  ST_USER_CHECK(!p.document_mask || p.mode == data::Packing::Stream, "data.document_mask = true applies to "
-                "data.packing = \"stream\"; \"", to_string(p.mode), "\" already computes each row alone");
-  return p;
+  return p;  // the rules between the keys and the dataset: data::check_packing, where every sampler applies them
 }
 
 data::PackingOptions packing_from_deck(const deck::Deck& d, const std::string& dir) {

@@ -8,6 +8,7 @@
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/deck/deck.h"
 #include "shardtrain/model/model.h"
+#include "shardtrain/util/choices.h"
 
 namespace shardtrain::train {
 
@@ -58,15 +59,15 @@ class DataSource {
 struct DataKeys {
   std::string tokenizer;      // data.tokenizer
   double val_fraction = -1;   // data.val_fraction, when the deck sets it
-  std::string packing = "auto";  // data.packing: auto | stream | packed | padded
+  std::string packing = choices::kPackingAuto;  // data.packing: auto | stream | packed | padded
   bool document_mask = false;    // data.document_mask
   bool truncate = true;          // data.overlong = "truncate" (false: "error")
 };
 DataKeys data_keys_from_deck(const deck::Deck& d);
 
 // data.packing for a token dataset: "auto" is packed for instruction data (a mask) with row
-// boundaries, stream otherwise; the rules between the keys and the dataset (UserError naming the
-// key): packed / padded / document_mask need rows, document_mask only with stream.
+// boundaries, stream otherwise. The rules between the keys and the dataset are
+// data::check_packing's (every sampler applies them).
 data::PackingOptions resolve_packing(const DataKeys& keys, const data::TokenDatasetMeta& meta);
 
 // Opens data.dataset for the model: a token dataset for gpt2/llama, an image dataset for vit,

@@ -12,8 +12,7 @@
 
 namespace shardtrain::data {
 
-enum class Packing { Stream, Packed, Padded };
-inline constexpr const char* kPackingNames[] = {"stream", "packed", "padded"};
+enum class Packing { Stream, Packed, Padded };  // in the order of choices::kPackings
 const char* to_string(Packing p);
 // "stream" | "packed" | "padded" (UserError naming data.packing otherwise).
 Packing parse_packing(const std::string& name);

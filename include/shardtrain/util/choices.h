@@ -31,6 +31,12 @@ inline constexpr std::array<const char*, 4> kOuterDtypes = {"fp32", "bf16", "int
 inline constexpr std::array<const char*, 3> kWrapPolicies = {"block", "size", "none"};
 inline constexpr std::array<const char*, 3> kBackwardPrefetch = {"pre", "post", "none"};
 
+// data.packing (data::Packing: Stream, Packed, Padded; the deck also takes "auto", resolved by
+// the dataset: train::resolve_packing) and data.overlong.
+inline constexpr const char* kPackingAuto = "auto";
+inline constexpr std::array<const char*, 3> kPackings = {"stream", "packed", "padded"};
+inline constexpr std::array<const char*, 2> kOverlong = {"truncate", "error"};
+
 // data.tokenizer's (and data prepare --tokenizer's) built-in tokenizers (data::make_tokenizer);
 // any other value is a model tokenizer's path. The first is the default.
 inline constexpr const char* kGpt2Tokenizer = "gpt2";
